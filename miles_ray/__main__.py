@@ -1,0 +1,3 @@
+from miles_ray.cli.app import run
+
+run()

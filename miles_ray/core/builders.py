@@ -1,0 +1,206 @@
+"""Builders for what miles-ray creates: a Polyaxon ``raycluster`` operation and a KubeRay RayCluster.
+
+Both are generated from ONE container spec (``ray_container``): the same image reference, the same
+environment and the same mounts on the head and every worker. Head and workers differ only in their
+resources and ``rayStartParams`` (and pod-level GPU placement: node selector and tolerations).
+Pure functions: dicts in, dicts out.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.names import label_safe
+from miles_ray.core.planner import Plan
+
+MANAGED_BY = "miles-ray"
+POLYAXON_VERSION = 1.1
+HEAD_START_PARAMS = {"num-gpus": "0", "num-cpus": "0", "dashboard-host": "0.0.0.0"}
+
+
+def miles_env(cfg: MilesRayConfig) -> dict[str, str]:
+    """Environment every Ray process and the job gets. User env cannot override the safety values."""
+    env = dict(cfg.env)
+    env.update({
+        "MILES_SCRIPT_EXTERNAL_RAY": "1",
+        # Kubernetes injects PROMETHEUS_PORT=tcp://... when a Service named prometheus exists.
+        "PROMETHEUS_PORT": "9090",
+        # Probed with nvidia-smi on the submitter by the launcher (0 on a GPU-less pod): set explicitly.
+        "NCCL_NVLS_ENABLE": cfg.nccl_nvls_enable,
+        "PYTHONUNBUFFERED": "1",
+        # Every fake or real node would watch host memory; Miles users commonly disable the monitor.
+        "RAY_memory_monitor_refresh_ms": "0",
+    })
+    return dict(sorted(env.items()))
+
+
+def ray_container(cfg: MilesRayConfig, image: str, with_mounts: bool) -> dict[str, Any]:
+    """The one container spec shared by head and workers (resources are added per role)."""
+    container: dict[str, Any] = {
+        "name": "ray",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [{"name": k, "value": v} for k, v in miles_env(cfg).items()],
+    }
+    if with_mounts:
+        container["volumeMounts"] = [{"name": cfg.claim, "mountPath": cfg.mount_path}]
+    return container
+
+
+def head_resources(cfg: MilesRayConfig) -> dict[str, dict[str, str]]:
+    q = {"cpu": str(cfg.head_cpus), "memory": cfg.head_memory}
+    return {"requests": dict(q), "limits": dict(q)}
+
+
+def worker_resources(cfg: MilesRayConfig) -> dict[str, dict[str, str]]:
+    q = {"cpu": str(cfg.cpus_per_node), "memory": cfg.memory_per_node, "nvidia.com/gpu": str(cfg.gpus_per_node)}
+    return {"requests": dict(q), "limits": dict(q)}
+
+
+def worker_start_params(cfg: MilesRayConfig) -> dict[str, str]:
+    return {"num-gpus": str(cfg.gpus_per_node), "num-cpus": str(cfg.cpus_per_node)}
+
+
+def _with_resources(base: dict[str, Any], resources: dict[str, Any]) -> dict[str, Any]:
+    c = copy.deepcopy(base)
+    c["resources"] = resources
+    return c
+
+
+def gpu_placement(cfg: MilesRayConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if cfg.node_selector:
+        out["nodeSelector"] = dict(cfg.node_selector)
+    if cfg.tolerations:
+        out["tolerations"] = [t.model_dump(exclude_none=True) for t in cfg.tolerations]
+    return out
+
+
+def labels(cfg: MilesRayConfig, plan: Plan) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/name": "miles",
+        "miles-ray/recipe": label_safe(plan.recipe),
+        "miles-ray/layout": plan.layout,
+    }
+
+
+def plan_annotation(plan: Plan, image: str, ray_version: str) -> str:
+    return json.dumps({
+        "recipe": plan.recipe,
+        "recipe_hash": plan.recipe_hash,
+        "layout": plan.layout,
+        "nodes": plan.nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "miles_args": plan.miles_args,
+        "image": image,
+        "ray_version": ray_version,
+    }, sort_keys=True, separators=(",", ":"))
+
+
+def build_raycluster(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: str) -> dict[str, Any]:
+    """A plain KubeRay ``ray.io/v1`` RayCluster (for users without Polyaxon)."""
+    base = ray_container(cfg, image, with_mounts=True)
+    volumes = [{"name": cfg.claim, "persistentVolumeClaim": {"claimName": cfg.claim}}]
+    head_pod = {
+        "containers": [_with_resources(base, head_resources(cfg))],
+        "volumes": copy.deepcopy(volumes),
+    }
+    worker_pod = {
+        "containers": [_with_resources(base, worker_resources(cfg))],
+        "volumes": copy.deepcopy(volumes),
+        **gpu_placement(cfg),
+    }
+    lbl = labels(cfg, plan)
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": cfg.name,
+            "namespace": cfg.namespace,
+            "labels": lbl,
+            "annotations": {"miles-ray/plan": plan_annotation(plan, image, ray_version)},
+        },
+        "spec": {
+            "rayVersion": ray_version,
+            "enableInTreeAutoscaling": False,
+            "headGroupSpec": {
+                "serviceType": "ClusterIP",
+                "rayStartParams": dict(HEAD_START_PARAMS),
+                "template": {"metadata": {"labels": dict(lbl)}, "spec": head_pod},
+            },
+            "workerGroupSpecs": [{
+                "groupName": cfg.worker_group,
+                "replicas": plan.ray.gpu_workers,
+                "minReplicas": plan.ray.gpu_workers,
+                "maxReplicas": plan.ray.gpu_workers,
+                "rayStartParams": worker_start_params(cfg),
+                "template": {"metadata": {"labels": dict(lbl)}, "spec": worker_pod},
+            }],
+        },
+    }
+
+
+def build_operation(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: str,
+                    tags: list[str] | None = None) -> dict[str, Any]:
+    """A Polyaxon ``kind: operation`` whose component runs ``kind: raycluster``.
+
+    Head and workers each get their own container, connections and environment in Polyaxon's schema;
+    here they are copies of one spec so they cannot drift.
+    """
+    base = ray_container(cfg, image, with_mounts=False)
+    connections = [cfg.connection]
+    head: dict[str, Any] = {
+        "rayStartParams": dict(HEAD_START_PARAMS),
+        "connections": list(connections),
+        "container": _with_resources(base, head_resources(cfg)),
+    }
+    worker: dict[str, Any] = {
+        "replicas": plan.ray.gpu_workers,
+        "minReplicas": plan.ray.gpu_workers,
+        "maxReplicas": plan.ray.gpu_workers,
+        "rayStartParams": worker_start_params(cfg),
+        "connections": list(connections),
+        "container": _with_resources(base, worker_resources(cfg)),
+    }
+    placement = gpu_placement(cfg)
+    if placement:
+        worker["environment"] = placement
+    component: dict[str, Any] = {
+        "version": POLYAXON_VERSION,
+        "kind": "component",
+        "name": cfg.name,
+        "description": f"Miles {plan.recipe} on {plan.nodes} x {plan.gpus_per_node} GPUs ({plan.layout}), by miles-ray",
+        "tags": ["miles-ray", label_safe(plan.recipe)],
+        "plugins": {"shm": True},
+        "run": {
+            "kind": "raycluster",
+            "rayVersion": ray_version,
+            "head": head,
+            "workers": {cfg.worker_group: worker},
+        },
+    }
+    op: dict[str, Any] = {
+        "version": POLYAXON_VERSION,
+        "kind": "operation",
+        "name": cfg.name,
+        "tags": sorted({"miles-ray", label_safe(plan.recipe), *(tags or [])}),
+        "component": component,
+    }
+    if cfg.polyaxon_preset:
+        op["presets"] = [cfg.polyaxon_preset]
+    return op
+
+
+def head_and_worker_containers(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The head's and the (first) worker group's container, from either kind of document."""
+    if doc.get("kind") == "RayCluster":
+        spec = doc["spec"]
+        return (spec["headGroupSpec"]["template"]["spec"]["containers"][0],
+                spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0])
+    run = doc["component"]["run"] if doc.get("kind") == "operation" else doc["run"]
+    worker = next(iter(run["workers"].values()))
+    return run["head"]["container"], worker["container"]

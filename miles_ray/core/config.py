@@ -1,0 +1,315 @@
+"""One configuration model for a cluster and a run; the same object feeds head, workers and submitter.
+
+Sources, highest precedence first: command-line flags, ``MILES_RAY_*`` environment variables, a
+``miles-ray.yaml`` file, defaults. Unknown keys are an error in every source.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from miles_ray.core.errors import ConfigError
+from miles_ray.core.names import check_cluster_name, check_namespace
+from miles_ray.core.safe_yaml import load_yaml_file
+
+ENV_PREFIX = "MILES_RAY_"
+CONFIG_FILE = "miles-ray.yaml"
+# MILES_RAY_* variables that are not config keys (test and tooling knobs).
+NON_CONFIG_ENV = {"CONFIG", "CACHE", "STATE_DIR", "REQUIRE_E2E", "FAKE_TRAIN_OUT", "HOME"}
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+class Toleration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None
+
+
+class MilesRayConfig(BaseModel):
+    """Everything miles-ray needs to build a cluster and submit a run."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # identity and where
+    name: str = Field("miles", description="cluster name (DNS-1035 label, <= 53 characters)")
+    namespace: str = Field("default", description="Kubernetes namespace")
+    kube_context: str | None = Field(None, description="kubeconfig context (default: current)")
+    kubeconfig: str | None = Field(None, description="kubeconfig path (default: $KUBECONFIG or ~/.kube/config)")
+    polyaxon_host: str | None = Field(None, description="Polyaxon API URL (default: $POLYAXON_HOST)")
+    polyaxon_owner: str = Field("default", description="Polyaxon organization")
+    polyaxon_project: str = Field("miles", description="Polyaxon project for operations")
+    polyaxon_preset: str | None = Field(None, description="Polyaxon scheduling preset applied to the operation")
+
+    # image and Ray
+    image: str | None = Field(None, description="Miles image, pinned: repo[:tag]@sha256:<64 hex>")
+    allow_unpinned: bool = Field(False, description="accept a tag-only image (warns)")
+    ray_version: str | None = Field(None, description="Ray version inside the image (rayVersion)")
+
+    # recipe and split
+    recipe: str = Field("Qwen3-4B", description="recipe name (miles-ray recipes)")
+    recipe_file: str | None = Field(None, description="YAML file with extra recipes")
+    nodes: int = Field(1, ge=1, le=4096, description="GPU worker nodes")
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per worker node")
+    layout: Literal["colocated", "disaggregated"] | None = Field(None, description="default: the recipe's")
+    rollout_nodes: int | None = Field(None, ge=0, le=4096, description="disaggregated: nodes for rollout")
+    rollout_gpus: int | None = Field(None, ge=1, le=1 << 20, description="disaggregated: rollout GPUs")
+
+    # pods
+    cpus_per_node: int = Field(64, ge=1, le=4096, description="CPUs per GPU worker pod (also Ray num-cpus)")
+    memory_per_node: str = Field("512Gi", description="memory per GPU worker pod, including /dev/shm")
+    head_cpus: int = Field(8, ge=1, le=4096, description="CPUs of the head pod (Ray num-cpus stays 0)")
+    head_memory: str = Field("64Gi", description="memory of the head pod")
+    worker_group: str = Field("gpu", description="KubeRay worker group name")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="node selector for GPU workers")
+    tolerations: list[Toleration] = Field(
+        default_factory=lambda: [Toleration(**GPU_TOLERATION)], description="tolerations for GPU workers"
+    )
+
+    # storage
+    connection: str = Field("miles-data", description="Polyaxon connection with the shared volume")
+    volume_claim: str | None = Field(None, description="PVC for the KubeRay path (default: the connection name)")
+    mount_path: str = Field("/mnt/miles", description="where the shared volume is mounted everywhere")
+    models_dir: str = Field("models", description="model dir, relative to mount_path")
+    datasets_dir: str = Field("datasets", description="dataset dir, relative to mount_path")
+    runs_dir: str = Field("runs", description="per-run output dirs, relative to mount_path")
+
+    # Miles inside the image
+    miles_root: str = Field("/root/miles", description="Miles checkout inside the image")
+    megatron_path: str = Field("/root/Megatron-LM", description="Megatron-LM inside the image")
+    nccl_nvls_enable: Literal["0", "1"] = Field("0", description="NCCL_NVLS_ENABLE (0 for multi-node Blackwell)")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for head, workers and job")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        try:
+            return check_cluster_name(v)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("namespace")
+    @classmethod
+    def _ns(cls, v: str) -> str:
+        try:
+            return check_namespace(v)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("worker_group", "connection", "volume_claim")
+    @classmethod
+    def _dns(cls, v: str | None) -> str | None:
+        if v is not None and (len(v) > 63 or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", v)):
+            raise ValueError(f"{v!r} must be a DNS-1123 label (lower-case letters, digits, '-')")
+        return v
+
+    @field_validator("memory_per_node", "head_memory")
+    @classmethod
+    def _quantity(cls, v: str) -> str:
+        if not _QUANTITY.match(v):
+            raise ValueError(f"{v!r} is not a Kubernetes quantity such as 512Gi")
+        return v
+
+    @field_validator("mount_path", "miles_root", "megatron_path")
+    @classmethod
+    def _abs(cls, v: str) -> str:
+        p = PurePosixPath(v)
+        if not p.is_absolute() or ".." in p.parts or "\x00" in v:
+            raise ValueError(f"{v!r} must be an absolute path without '..'")
+        return str(p)
+
+    @field_validator("models_dir", "datasets_dir", "runs_dir")
+    @classmethod
+    def _rel(cls, v: str) -> str:
+        p = PurePosixPath(v)
+        if not v or p.is_absolute() or ".." in p.parts or "\x00" in v:
+            raise ValueError(f"{v!r} must be a relative path inside mount_path (no leading '/', no '..')")
+        return str(p)
+
+    @field_validator("ray_version")
+    @classmethod
+    def _ray_version(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[0-9]+\.[0-9]+\.[0-9]+([a-z0-9.+-]*)$", v):
+            raise ValueError(f"{v!r} is not a Ray version such as 2.60.0")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not _ENV_NAME.match(k):
+                raise ValueError(f"environment variable name {k!r} is not valid")
+        return v
+
+    @model_validator(mode="after")
+    def _workers_have_cpus(self) -> "MilesRayConfig":
+        if self.cpus_per_node < self.gpus_per_node + 1:
+            raise ValueError(
+                f"cpus_per_node {self.cpus_per_node} < gpus_per_node {self.gpus_per_node} + 1: Miles puts one "
+                "{GPU:1, CPU:1} bundle per GPU and needs a spare CPU for its RolloutManager"
+            )
+        return self
+
+    # derived paths
+    @property
+    def claim(self) -> str:
+        return self.volume_claim or self.connection
+
+    def path(self, sub: str) -> str:
+        return str(PurePosixPath(self.mount_path) / sub)
+
+    @property
+    def model_dir(self) -> str:
+        return self.path(self.models_dir)
+
+    @property
+    def data_dir(self) -> str:
+        return self.path(self.datasets_dir)
+
+    def output_dir(self, run_id: str) -> str:
+        return str(PurePosixPath(self.mount_path) / self.runs_dir / run_id)
+
+
+FIELDS = set(MilesRayConfig.model_fields)
+_COMPLEX = {"node_selector", "tolerations", "env"}
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    import json
+
+    out: dict[str, Any] = {}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        field = key[len(ENV_PREFIX):].lower()
+        if key[len(ENV_PREFIX):] in NON_CONFIG_ENV:
+            continue
+        if field not in FIELDS:
+            raise ConfigError(f"unknown environment variable {key}",
+                              hint=f"config keys are: {', '.join(sorted(FIELDS))}")
+        if field in _COMPLEX:
+            try:
+                out[field] = json.loads(raw)
+            except ValueError:
+                raise ConfigError(f"{key} must be JSON (e.g. '{{\"key\": \"value\"}}')") from None
+        else:
+            out[field] = raw
+    return out
+
+
+def find_config_file(explicit: str | None, environ: Mapping[str, str]) -> Path | None:
+    if explicit:
+        return Path(explicit)
+    if environ.get(ENV_PREFIX + "CONFIG"):
+        return Path(environ[ENV_PREFIX + "CONFIG"])
+    default = Path(CONFIG_FILE)
+    return default if default.is_file() else None
+
+
+def load_config(flags: Mapping[str, Any] | None = None, config_file: str | None = None,
+                environ: Mapping[str, str] | None = None) -> MilesRayConfig:
+    """Merge flags > env > file > defaults into one validated config. Raises ConfigError."""
+    environ = os.environ if environ is None else environ
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    unknown = set(flags) - FIELDS
+    if unknown:
+        raise ConfigError(f"unknown config keys from flags: {sorted(unknown)}")
+    path = find_config_file(config_file, environ)
+    file_values: dict[str, Any] = {}
+    if path is not None:
+        data = load_yaml_file(path, what="config file")
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must be a mapping of keys to values")
+        bad = sorted(str(k) for k in data if k not in FIELDS)
+        if bad:
+            import difflib
+
+            near = difflib.get_close_matches(bad[0], list(FIELDS), n=1)
+            raise ConfigError(f"config file {path}: unknown key(s) {', '.join(bad)}",
+                              hint=f"did you mean {near[0]!r}?" if near else "see 'miles-ray init' for the keys")
+        file_values = data
+    env_values = _env_values(environ)
+    merged = {**file_values, **env_values, **flags}
+    try:
+        return MilesRayConfig.model_validate(merged)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        if field in flags:
+            source = f"--{field.replace('_', '-')}"
+        elif field in env_values:
+            source = ENV_PREFIX + field.upper()
+        elif field in file_values:
+            source = f"{field} in {path}"
+        else:
+            source = field or "config"
+        loc = ".".join(str(p) for p in err["loc"][1:])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{source}{'.' + loc if loc else ''}: {msg}") from None
+
+
+STARTER = """\
+# miles-ray configuration. Precedence: command-line flags > MILES_RAY_* env vars > this file > defaults.
+# Every key is optional; unknown keys are an error. 'miles-ray plan' and 'miles-ray render' read it.
+
+# Cluster name: a DNS-1035 label of at most 53 characters (KubeRay derives pod/service names from it).
+name: miles
+namespace: default
+# kube_context: my-gpu-cluster
+# kubeconfig: ~/.kube/config
+
+# Polyaxon (the default 'up' path creates a raycluster operation in this project).
+polyaxon_owner: default
+polyaxon_project: miles
+# polyaxon_host: http://polyaxon.example:8000
+# polyaxon_preset: gpu-h100
+
+# The Miles image, pinned by digest: head, every worker and the submitter run exactly this build.
+# image: radixark/miles:latest@sha256:<64 hex>
+# Ray version installed in that image (docker run IMAGE python -c 'import ray; print(ray.__version__)').
+# ray_version: "2.60.0"
+
+# Recipe and split ('miles-ray recipes' lists them; 'miles-ray plan' checks the split).
+recipe: Qwen3-4B
+nodes: 1
+gpus_per_node: 8
+# layout: disaggregated     # default: the recipe's own layout
+# rollout_nodes: 1          # disaggregated: whole nodes given to SGLang rollout
+
+# GPU worker pods. cpus_per_node must be >= gpus_per_node + 1. Memory includes /dev/shm.
+cpus_per_node: 64
+memory_per_node: 512Gi
+head_cpus: 8
+head_memory: 64Gi
+# node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+tolerations:
+  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+
+# Shared storage, mounted at the same path on head and every worker.
+connection: miles-data      # Polyaxon connection (Polyaxon path)
+# volume_claim: miles-data  # PVC (KubeRay path; default: the connection name)
+mount_path: /mnt/miles
+models_dir: models
+datasets_dir: datasets
+runs_dir: runs
+
+# Miles inside the image.
+miles_root: /root/miles
+megatron_path: /root/Megatron-LM
+nccl_nvls_enable: "0"
+# env: {RAY_DEDUP_LOGS: "0"}
+"""
