@@ -46,7 +46,10 @@ def _root(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every failure becomes one line on stderr and an exit code, never a traceback."""
-    import click
+    try:  # Typer >= 0.22 vendors its own click
+        from typer._click import exceptions as click
+    except ImportError:  # pragma: no cover - older Typer on real click
+        from click import exceptions as click  # type: ignore[no-redef]
 
     from miles_ray.core.errors import MilesRayError
 
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     except MilesRayError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    except click.exceptions.NoArgsIsHelpError as e:
+    except click.NoArgsIsHelpError as e:
         # 'miles-ray' or 'miles-ray <group>' alone prints help (exit 0 for the top level, like git)
         print(e.ctx.get_help() if e.ctx else "", file=sys.stdout)
         return 0
@@ -64,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         cmd = e.ctx.command_path if e.ctx else "miles-ray"
         print(f"error: {e.format_message()} (see '{cmd} --help')", file=sys.stderr)
         return 2
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return e.exit_code
-    except (click.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         print("error: interrupted", file=sys.stderr)
         return 130
     except click.ClickException as e:

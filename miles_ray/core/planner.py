@@ -6,6 +6,7 @@ with each violated rule (id + message with the numbers) and the nearest feasible
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -102,13 +103,6 @@ def _check_megatron(recipe: Recipe, trainer_gpus: int, out: list[Violation]) -> 
                 message=(f"global batch size {recipe.global_batch_size} is not divisible by data-parallel size "
                          f"{dp} ({trainer_gpus} trainer GPUs / TP*PP*CP {mp})"),
             ))
-    if recipe.samples_per_rollout % recipe.global_batch_size:
-        out.append(Violation(
-            rule="rollout-batch-multiple-of-gbs",
-            message=(f"rollout batch {recipe.rollout_batch_size} x {recipe.n_samples_per_prompt} samples = "
-                     f"{recipe.samples_per_rollout} is not a multiple of global batch size "
-                     f"{recipe.global_batch_size} (samples would be trimmed)"),
-        ))
     if recipe.is_moe:
         moe = recipe.expert_tensor_parallel * recipe.expert_parallel * recipe.pipeline_parallel
         if trainer_gpus % moe:
@@ -123,6 +117,16 @@ def _check_megatron(recipe: Recipe, trainer_gpus: int, out: list[Violation]) -> 
                 message=f"{recipe.num_experts} experts are not divisible by EP {recipe.expert_parallel}",
             ))
     return dp
+
+
+def _check_batch(recipe: Recipe, out: list[Violation]) -> None:
+    if recipe.samples_per_rollout % recipe.global_batch_size:
+        out.append(Violation(
+            rule="rollout-batch-multiple-of-gbs",
+            message=(f"rollout batch {recipe.rollout_batch_size} x {recipe.n_samples_per_prompt} samples = "
+                     f"{recipe.samples_per_rollout} is not a multiple of global batch size "
+                     f"{recipe.global_batch_size} (samples would be trimmed)"),
+        ))
 
 
 def _check_engines(recipe: Recipe, g: int, rollout_gpus: int, out: list[Violation]) -> int | None:
@@ -155,6 +159,7 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
                                 message=f"nodes ({nodes}) and GPUs per node ({g}) must be >= 1"))
         return _assemble(recipe, nodes, g, layout, 0, 0, None, 0, None, 0, errors, warnings)
 
+    _check_batch(recipe, errors)
     if layout == "colocated":
         w = nodes * g
         dp = _check_megatron(recipe, w, errors)
@@ -257,33 +262,56 @@ def _flags(nodes: int, layout: LayoutChoice, rollout_nodes: int | None) -> list[
 
 
 def suggest(recipe: Recipe, nodes: int, g: int, limit: int = 3) -> list[Suggestion]:
-    """Nearest feasible (node count, layout) choices for this recipe on G-GPU nodes."""
+    """Nearest feasible (node count, layout) choices for this recipe on G-GPU nodes.
+
+    Searches outward from the requested node count; for a disaggregated layout it picks the fewest
+    rollout nodes that work. Rule checks are memoised per trainer/rollout size, so this stays fast for
+    thousands of nodes.
+    """
     if g < 1:
         return []
-    horizon = max(2 * max(nodes, 1), 64)
-    found: list[tuple[int, int, Suggestion]] = []
-    for n in range(1, horizon + 1):
-        p = _core(recipe, n, g, "colocated", None, None)
-        if p.feasible:
-            found.append((abs(n - nodes), 0, Suggestion(nodes=n, layout="colocated",
-                                                         flags=_flags(n, "colocated", None))))
-        for rn in range(1, n):
-            p = _core(recipe, n, g, "disaggregated", rn, None)
-            if p.feasible:
-                found.append((abs(n - nodes), 1, Suggestion(nodes=n, layout="disaggregated", rollout_nodes=rn,
-                                                             flags=_flags(n, "disaggregated", rn))))
-                break  # fewest rollout nodes for this n
-    found.sort(key=lambda t: (t[0], t[1], t[2].nodes))
-    out: list[Suggestion] = []
-    seen: set[tuple[int, str]] = set()
-    for _, _, s in found:
-        key = (s.nodes, s.layout)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(s)
-        if len(out) >= limit:
+    batch_ok = not _violations(lambda out: _check_batch(recipe, out))
+
+    @functools.lru_cache(maxsize=None)
+    def trainer_ok(gpus: int) -> bool:
+        return not _violations(lambda out: _check_megatron(recipe, gpus, out))
+
+    @functools.lru_cache(maxsize=None)
+    def rollout_ok(gpus: int) -> bool:
+        return not _violations(lambda out: _check_engines(recipe, g, gpus, out))
+
+    if not batch_ok:
+        return []
+    found: list[Suggestion] = []
+    start = max(nodes, 1)
+    horizon = max(2 * start, 64)
+    for d in range(0, horizon + 1):
+        for n in sorted({start - d, start + d}):
+            if n < 1 or n > horizon:
+                continue
+            if trainer_ok(n * g) and rollout_ok(n * g):
+                found.append(Suggestion(nodes=n, layout="colocated", flags=_flags(n, "colocated", None)))
+            for rn in range(1, n):
+                if trainer_ok((n - rn) * g) and rollout_ok(rn * g):
+                    found.append(Suggestion(nodes=n, layout="disaggregated", rollout_nodes=rn,
+                                            flags=_flags(n, "disaggregated", rn)))
+                    break
+        if len(found) >= limit:
             break
+    found.sort(key=lambda s: (abs(s.nodes - start), s.layout != "colocated", s.nodes))
+    found = found[:limit]
+    if not any(s.layout == "colocated" for s in found):
+        # also name the nearest colocated size, often the simpler answer (e.g. fewer, busier nodes)
+        near = [n for n in range(1, horizon + 1) if trainer_ok(n * g) and rollout_ok(n * g)]
+        if near:
+            n = min(near, key=lambda n: (abs(n - start), n))
+            found.append(Suggestion(nodes=n, layout="colocated", flags=_flags(n, "colocated", None)))
+    return found
+
+
+def _violations(check) -> list[Violation]:
+    out: list[Violation] = []
+    check(out)
     return out
 
 

@@ -1,0 +1,36 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("MILES_RAY_SHARED", REPO.parent / "shared"))
+DIGEST = "sha256:" + "3f" * 32  # a well-formed example digest (no registry is contacted in tests)
+IMAGE = f"radixark/miles:latest@{DIGEST}"
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    from miles_ray.cli.app import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """No MILES_RAY_* config from the developer's shell and no miles-ray.yaml in the cwd."""
+    for key in list(os.environ):
+        if key.startswith("MILES_RAY_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
