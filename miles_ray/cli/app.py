@@ -7,14 +7,17 @@ import sys
 
 import typer
 
-from miles_ray.cli import init, plan, recipes, render
+from miles_ray.cli import down, init, logs, plan, recipes, render, runs, scale, status, stop, submit, up
 
 app = typer.Typer(
     name="miles-ray",
     help=(
         "Take Miles RL post-training from one 8-GPU node to many on Ray/KubeRay.\n\n"
-        "plan checks the trainer/rollout GPU split for a recipe; render writes the Polyaxon raycluster "
-        "operation or KubeRay RayCluster (one pinned image and the same mounts on head and workers)."
+        "Start with 'plan' (is the trainer/rollout GPU split valid for the recipe?) and 'render' (the Polyaxon "
+        "raycluster operation or KubeRay RayCluster: one pinned image and the same mounts on head and workers). "
+        "'up' makes the cluster and waits until every GPU worker has joined Ray; 'submit' runs Miles on it with "
+        "MILES_SCRIPT_EXTERNAL_RAY=1; 'scale', 'status', 'logs', 'stop', 'runs', 'down' do the rest. "
+        "Try it with no cluster: 'miles-ray up --backend local --nodes 4', 'miles-ray submit --rehearse --nodes 2'."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -23,6 +26,14 @@ app = typer.Typer(
 )
 
 app.command("plan")(plan.plan_cmd)
+app.command("up")(up.up_cmd)
+app.command("submit")(submit.submit_cmd)
+app.command("status")(status.status_cmd)
+app.command("scale")(scale.scale_cmd)
+app.command("logs")(logs.logs_cmd)
+app.command("stop")(stop.stop_cmd)
+app.command("runs")(runs.runs_cmd)
+app.command("down")(down.down_cmd)
 app.command("render")(render.render_cmd)
 app.command("recipes")(recipes.recipes_cmd)
 app.command("init")(init.init_cmd)

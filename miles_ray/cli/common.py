@@ -65,3 +65,40 @@ def emit(data: Any, output: Output, table: Callable[[], None]) -> None:
 
 def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/] {message}")
+
+
+class Backend(str, Enum):
+    auto = "auto"
+    local = "local"
+    kubernetes = "kubernetes"
+
+
+BackendOption = Annotated[Backend, typer.Option("--backend", "-b", help="auto: the local cluster of that name if one runs on this machine, else Kubernetes; local: the embedded Ray cluster; kubernetes: KubeRay/Polyaxon")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="give up after this many seconds")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+
+
+class progress_display:
+    """A live spinner on stderr (when it is a terminal) plus one line per step, so waits are never silent."""
+
+    def __init__(self, title: str, quiet: bool = False) -> None:
+        self.title = title
+        self.quiet = quiet
+        self._status = None
+
+    def __enter__(self) -> "progress_display":
+        if not self.quiet and err.is_terminal:
+            self._status = err.status(self.title)
+            self._status.__enter__()
+        return self
+
+    def __call__(self, message: str) -> None:
+        if self.quiet:
+            return
+        if self._status is not None:
+            self._status.update(f"{self.title}: {message}")
+        err.print(f"[dim]·[/] {message}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(None, None, None)

@@ -48,6 +48,7 @@ class MilesRayConfig(BaseModel):
     namespace: str = Field("default", description="Kubernetes namespace")
     kube_context: str | None = Field(None, description="kubeconfig context (default: current)")
     kubeconfig: str | None = Field(None, description="kubeconfig path (default: $KUBECONFIG or ~/.kube/config)")
+    ray_address: str | None = Field(None, description="Ray dashboard / Jobs API URL of an existing head (http://HOST:8265)")
     polyaxon_host: str | None = Field(None, description="Polyaxon API URL (default: $POLYAXON_HOST)")
     polyaxon_owner: str = Field("default", description="Polyaxon organization")
     polyaxon_project: str = Field("miles", description="Polyaxon project for operations")
@@ -137,6 +138,13 @@ class MilesRayConfig(BaseModel):
         if not v or p.is_absolute() or ".." in p.parts or "\x00" in v:
             raise ValueError(f"{v!r} must be a relative path inside mount_path (no leading '/', no '..')")
         return str(p)
+
+    @field_validator("ray_address")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[A-Za-z0-9._\-\[\]:]+(/.*)?$", v):
+            raise ValueError(f"{v!r} is not a dashboard URL such as http://my-cluster-head-svc.ns.svc:8265")
+        return v
 
     @field_validator("ray_version")
     @classmethod
@@ -271,6 +279,8 @@ name: miles
 namespace: default
 # kube_context: my-gpu-cluster
 # kubeconfig: ~/.kube/config
+# Ray dashboard / Jobs API of an existing head, for 'submit' (default: the cluster made by 'up').
+# ray_address: http://miles-head-svc.default.svc:8265
 
 # Polyaxon (the default 'up' path creates a raycluster operation in this project).
 polyaxon_owner: default

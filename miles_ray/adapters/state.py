@@ -1,0 +1,122 @@
+"""Local state on disk: run records and the local backend's cluster files.
+
+Every write is atomic (temp file in the same directory + fsync + rename), so a reader never sees a
+torn file, and writers of one directory are serialised by a file lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from miles_ray.core.errors import ClusterError, ConfigError
+
+
+def state_dir() -> Path:
+    env = os.environ.get("MILES_RAY_STATE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "miles-ray"
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError) as e:
+        raise ClusterError(f"state file {path} is unreadable ({e})", hint="move it aside and retry") from None
+
+
+@contextmanager
+def locked(path: Path, timeout: float = 30.0) -> Iterator[None]:
+    """Serialise writers of ``path`` (a lock file beside it)."""
+    from filelock import FileLock, Timeout
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock")
+    try:
+        with lock.acquire(timeout=timeout):
+            yield
+    except Timeout:
+        raise ClusterError(f"{path} is locked by another miles-ray process for more than {timeout:.0f}s") from None
+
+
+# -- run records ---------------------------------------------------------------------------------
+
+def runs_dir() -> Path:
+    return state_dir() / "runs"
+
+
+def record_path(run: str) -> Path:
+    return runs_dir() / f"{run}.json"
+
+
+def save_record(record: dict[str, Any]) -> Path:
+    path = record_path(record["run"])
+    with locked(path):
+        atomic_write_json(path, record)
+    return path
+
+
+def create_record(record: dict[str, Any]) -> Path:
+    """Write a new record; refuse if the run name is taken (two runs never share a name or output dir)."""
+    path = record_path(record["run"])
+    with locked(path):
+        existing = read_json(path)
+        if existing is not None:
+            raise ConfigError(f"run {record['run']!r} already exists (output dir {existing.get('output_dir')})",
+                              hint="pick another --run name, or --resume-from it to continue its checkpoints")
+        for other in list_records():
+            if other.get("output_dir") == record["output_dir"]:
+                raise ConfigError(f"output dir {record['output_dir']} already belongs to run {other['run']!r}",
+                                  hint="two runs never share an output dir; use --resume-from to continue it")
+        atomic_write_json(path, record)
+    return path
+
+
+def load_record(run: str) -> dict[str, Any]:
+    data = read_json(record_path(run))
+    if data is None:
+        raise ConfigError(f"no run named {run!r}", hint="'miles-ray runs' lists the runs this machine submitted")
+    return data
+
+
+def find_record_by_output_dir(output_dir: str) -> dict[str, Any] | None:
+    target = output_dir.rstrip("/")
+    for rec in list_records():
+        if str(rec.get("output_dir", "")).rstrip("/") == target:
+            return rec
+    return None
+
+
+def list_records() -> list[dict[str, Any]]:
+    d = runs_dir()
+    if not d.is_dir():
+        return []
+    out = []
+    for p in sorted(d.glob("*.json")):
+        data = read_json(p)
+        if isinstance(data, dict) and "run" in data:
+            out.append(data)
+    return sorted(out, key=lambda r: r.get("created", ""))

@@ -1,0 +1,35 @@
+"""miles-ray down: delete the cluster (never its storage or checkpoints)."""
+
+from __future__ import annotations
+
+from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, YesOpt, config_flags,
+                                  emit, err)
+from miles_ray.core.errors import ConfigError
+
+
+def down_cmd(
+    name: NameOpt = None,
+    backend: BackendOption = Backend.auto,
+    yes: YesOpt = False,
+    config: ConfigOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Delete the cluster. Shared storage, PVCs and checkpoints are never touched.
+
+    Asks for confirmation unless --yes (the local backend, which only stops local processes, does not ask).
+    """
+    import sys
+
+    from miles_ray.core.config import load_config
+    from miles_ray.services import clusters
+
+    cfg = load_config(config_flags(name=name), config)
+    chosen = clusters.pick_backend(backend.value, cfg)
+    if chosen != "local" and not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError(f"refusing to delete cluster {cfg.name!r} without confirmation", hint="pass --yes")
+        answer = input(f"delete cluster {cfg.name!r} in namespace {cfg.namespace}? storage is kept [y/N] ")
+        if answer.strip().lower() not in {"y", "yes"}:
+            raise ConfigError("cancelled; nothing deleted")
+    result = clusters.down(cfg, chosen)
+    emit(result, output, lambda: err.print(f"cluster {cfg.name!r} is down ({chosen}); storage and checkpoints kept"))

@@ -1,0 +1,35 @@
+"""miles-ray runs: the runs submitted from this machine, with their provenance."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from miles_ray.cli.common import Output, OutputOpt, emit, out
+
+
+def runs_cmd(
+    live: Annotated[bool, typer.Option("--live/--no-live", help="ask each run's head for its job state")] = True,
+    output: OutputOpt = Output.table,
+) -> None:
+    """List run records (recipe, split, image digest, output dir) and, with --live, each job's state."""
+    from miles_ray.adapters.state import list_records
+    from miles_ray.services.jobs import live_status
+
+    records = list_records()
+    if live:
+        for r in records:
+            r["status"] = live_status(r)
+
+    def table() -> None:
+        t = Table("run", "status", "recipe", "split", "mode", "cluster", "created", "output dir")
+        for r in records:
+            split = r.get("split", {})
+            t.add_row(r["run"], r.get("status", "-"), r["recipe"],
+                      f"{split.get('nodes')}x{split.get('gpus_per_node')} {split.get('layout')}", r["mode"],
+                      r["cluster"], r["created"], r["output_dir"])
+        out.print(t)
+
+    emit(records, output, table)

@@ -1,0 +1,44 @@
+"""miles-ray scale: grow or shrink the GPU worker group safely."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, TimeoutOpt,
+                                  config_flags, emit, err, progress_display)
+from miles_ray.cli.up import nodes_table
+
+
+def scale_cmd(
+    nodes: Annotated[int, typer.Option("--nodes", "-N", min=0, max=4096, help="GPU worker nodes wanted")],
+    name: NameOpt = None,
+    backend: BackendOption = Backend.auto,
+    force: Annotated[bool, typer.Option("--force", help="shrink even below what a running job needs")] = False,
+    timeout: TimeoutOpt = 300.0,
+    config: ConfigOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Resize the GPU worker group, wait until Ray sees the change, and print the split for the new size.
+
+    Refuses to shrink below the GPU nodes a running job of this cluster needs, unless --force.
+    """
+    from miles_ray.cli.plan import resolve_plan
+    from miles_ray.core.config import load_config
+    from miles_ray.core.planner import summary_line
+    from miles_ray.services import clusters
+
+    cfg = load_config(config_flags(name=name), config)
+    chosen = clusters.pick_backend(backend.value, cfg)
+    with progress_display(f"scaling {cfg.name} to {nodes} GPU node(s)", quiet=output is not Output.table) as p:
+        status = clusters.scale(cfg, chosen, nodes, progress=p, timeout=timeout, force=force)
+    if nodes > 0:
+        _, plan = resolve_plan(cfg.model_copy(update={"nodes": nodes}))
+        status["recommended_split"] = plan.model_dump(mode="json", include={"feasible", "layout", "miles_args", "errors"})
+    emit(status, output, lambda: nodes_table(status))
+    if output is Output.table and nodes > 0:
+        if plan.feasible:
+            err.print(f"split for {nodes} node(s) ({cfg.recipe}): {' '.join(plan.miles_args)}")
+        else:
+            err.print(f"[yellow]warning:[/] {summary_line(plan)}")

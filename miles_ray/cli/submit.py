@@ -1,0 +1,121 @@
+"""miles-ray submit: run Miles on an existing Ray head with a validated trainer/rollout split."""
+
+from __future__ import annotations
+
+import shlex
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt,
+                                  NameOpt, NodesOpt, Output, OutputOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
+                                  RolloutGpusOpt, RolloutNodesOpt, config_flags, emit, err, out, progress_display)
+
+
+class Mode(str, Enum):
+    direct = "direct"
+    launcher = "launcher"
+
+
+def submit_cmd(
+    run: Annotated[Optional[str], typer.Option("--run", help="run name; re-submitting the same run never starts a second job [default: generated]", show_default=False)] = None,
+    recipe: RecipeOpt = None,
+    nodes: NodesOpt = None,
+    gpus_per_node: GpusOpt = None,
+    layout: LayoutOpt = None,
+    rollout_nodes: RolloutNodesOpt = None,
+    rollout_gpus: RolloutGpusOpt = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="direct: submit train.py as the Ray job; launcher: run the upstream launcher here against the head")] = Mode.direct,
+    rehearse: Annotated[bool, typer.Option("--rehearse", help="submit the rehearsal driver instead of Miles: proves the placement on (fake) GPUs")] = False,
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard / Jobs API URL [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
+    backend: BackendOption = Backend.auto,
+    wait_for_nodes: Annotated[bool, typer.Option("--wait-for-nodes/--no-wait-for-nodes", help="wait (up to --timeout) until the GPU workers have joined Ray")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for nodes; the rehearsal's placement timeout")] = 120.0,
+    follow: Annotated[Optional[bool], typer.Option("--follow/--no-follow", help="stream the job's logs until it ends [default: on for --rehearse]", show_default=False)] = None,
+    env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for the job (repeatable); no credentials", show_default=False)] = None,
+    extra_args: Annotated[Optional[str], typer.Option("--extra-args", help="extra train.py flags, one shell-quoted string", show_default=False)] = None,
+    num_rollout: Annotated[Optional[int], typer.Option("--num-rollout", min=1, help="override the recipe's rollout count", show_default=False)] = None,
+    resume_from: Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR whose checkpoints to continue (recipe and split must match)", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="resume even if the recipe or split differ")] = False,
+    miles_commit: Annotated[Optional[str], typer.Option("--miles-commit", help="Miles commit in the image (recorded)", show_default=False)] = None,
+    model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="model revision (recorded)", show_default=False)] = None,
+    dataset_revision: Annotated[Optional[str], typer.Option("--dataset-revision", help="dataset revision (recorded)", show_default=False)] = None,
+    image: ImageOpt = None,
+    ray_version: RayVersionOpt = None,
+    allow_unpinned: AllowUnpinnedOpt = None,
+    name: NameOpt = None,
+    recipe_file: RecipeFileOpt = None,
+    config: ConfigOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Submit Miles (or a rehearsal) to an existing Ray head with MILES_SCRIPT_EXTERNAL_RAY=1.
+
+    Before anything runs: the split is planned and checked, and the live cluster (alive GPU nodes, GPUs
+    per node, spare CPU) is compared with the plan; what is missing is reported with numbers. Every
+    submit writes a run record (image digest, recipe hash, split, revisions, output dir). The job id is
+    derived from the run name, so re-submitting a run returns the existing job.
+
+    Examples:
+
+      miles-ray submit --rehearse --nodes 2
+
+      miles-ray submit --run q4-try1 --nodes 4 --image radixark/miles@sha256:<64 hex>
+
+      miles-ray submit --run q4-try2 --nodes 4 --resume-from q4-try1
+    """
+    import sys
+
+    from miles_ray.core.config import load_config
+    from miles_ray.services import jobs
+
+    cfg = load_config(config_flags(recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,
+                                   rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
+                                   ray_version=ray_version, allow_unpinned=allow_unpinned, name=name,
+                                   recipe_file=recipe_file), config)
+    user_env = jobs.parse_env(env or [])
+    extra = shlex.split(extra_args) if extra_args else []
+    python = sys.executable if _rehearses_locally(cfg, address, backend.value) else None
+    with progress_display("submitting", quiet=output is not Output.table) as p:
+        result = jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
+                             backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=user_env,
+                             extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
+                             model_revision=model_revision, dataset_revision=dataset_revision,
+                             num_rollout=num_rollout, progress=p, python=python)
+    if result.get("launcher"):
+        _run_launcher(cfg, result)
+        return
+    emit(result, output, lambda: out.print(
+        f"run {result['run']}: job {result['submission_id']} "
+        + ("submitted" if result.get("created", True) else "already exists (not submitted again)")
+        + f" on {result['address']} [{result.get('status')}]\n"
+        + f"output dir {result['output_dir']}; follow with 'miles-ray logs {result['run']} --follow'"))
+    if follow if follow is not None else rehearse:
+        from miles_ray.cli.logs import stream
+
+        raise typer.Exit(stream(result["run"], follow=True, quiet=output is not Output.table))
+
+
+def _rehearses_locally(cfg, address, backend) -> bool:
+    """Rehearsals on the embedded cluster run with this interpreter (same machine, same venv)."""
+    import os
+
+    if address or os.environ.get("RAY_ADDRESS") or cfg.ray_address:
+        return False
+    from miles_ray.services.clusters import pick_backend
+
+    return pick_backend(backend, cfg) == "local"
+
+
+def _run_launcher(cfg, result) -> None:
+    from miles_ray.adapters import state
+    from miles_ray.core.entrypoint import job_env
+    from miles_ray.services.jobs import exec_launcher
+
+    record = result["record"]
+    state.create_record(record)
+    argv = shlex.split(record["entrypoint"])
+    env = job_env(cfg, result["address"])
+    err.print(f"run {record['run']}: exec {' '.join(argv)} (MILES_SCRIPT_EXTERNAL_RAY=1, RAY_ADDRESS={result['address']})")
+    err.print("[yellow]note:[/] the upstream launcher pkill -9s processes named sglang, miles and redis on this host")
+    exec_launcher(argv, env, cfg.miles_root)
