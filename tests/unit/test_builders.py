@@ -118,14 +118,26 @@ def test_polyaxon_operation_valid_and_aligned(name: str, n: int, g: int) -> None
 
 
 def test_polyaxon_custom_resource_keeps_head_and_workers_aligned() -> None:
+    """What Polyaxon's own converter makes of the operation: head and worker pods still share the image,
+    the data mount, /dev/shm and the Miles environment; the name Polyaxon gives the cluster fits KubeRay."""
     from miles_ray.adapters.polyaxon_spec import invalid_volume_names, to_custom_resource
+    from miles_ray.core.names import RAYCLUSTER_NAME_MAX
 
     _, _, _, op = _docs("Qwen3-4B", 4, 8)
     cr = to_custom_resource(op, namespace="default", run_uuid="a" * 32, run_name="miles-test", project="miles")
-    assert cr["apiVersion"] == "polyaxon.com/v1"
-    spec = cr["spec"]["rayClusterSpec"]
-    head = spec["head"]["template"]["spec"] if "template" in spec["head"] else spec["head"]
-    text = json.dumps(spec)
-    assert IMAGE in text and "/mnt/miles" in text and "MILES_SCRIPT_EXTERNAL_RAY" in text
+    assert (cr["apiVersion"], cr["kind"]) == ("polyaxon.com/v1", "Cluster")
+    assert len(cr["metadata"]["name"]) <= RAYCLUSTER_NAME_MAX
     assert not invalid_volume_names(cr)
-    assert head
+    spec = cr["rayClusterSpec"]
+    assert spec["rayVersion"] == RAY
+    [worker] = spec["workers"]
+    assert worker["replicas"] == 4 and worker["groupName"] == "gpu"
+    mains = [g["template"]["spec"]["containers"][0] for g in (spec["head"], worker)]
+    for c in mains:
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert c["image"] == IMAGE
+        assert env["MILES_SCRIPT_EXTERNAL_RAY"] == "1" and env["PROMETHEUS_PORT"] == "9090"
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        assert mounts["/mnt/miles"] == "miles-data" and "/dev/shm" in mounts
+    assert mains[1]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert "nvidia.com/gpu" not in mains[0]["resources"]["limits"]

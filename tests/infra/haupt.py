@@ -1,0 +1,248 @@
+"""The real Polyaxon API server (haupt 2.18 sandbox) for tests, in its OWN virtual environment.
+
+    venv = ensure_venv()                      # scripts/haupt-venv.sh: created once, then reused
+    server = start(venv, workdir)             # 127.0.0.1, free port, sqlite under workdir
+    ... server.host ...                       # e.g. http://127.0.0.1:41234
+    server.stop()                             # by PID (its own session/process group)
+
+The server runs with HOME pointed into ``workdir`` because ``haupt sandbox start --path`` rewrites
+``~/.polyaxon/.home``; the developer's real ~/.polyaxon is never touched.
+``POLYAXON_AGENT_CONNECTIONS`` registers the connections runs may name (default: ``miles-data``,
+a volume_claim ``miles-data`` mounted at ``/mnt/miles``). The sandbox compiles and queues runs; it
+has no agent that executes them.
+
+Command line (manual use):  python tests/infra/haupt.py [--port N] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_SCRIPT = REPO / "scripts" / "haupt-venv.sh"
+HAUPT_VERSION = "2.18.0"
+
+DEFAULT_CONNECTIONS: list[dict] = [
+    {
+        "name": "miles-data",
+        "kind": "volume_claim",
+        "schema": {"volumeClaim": "miles-data", "mountPath": "/mnt/miles"},
+    }
+]
+
+
+class HauptUnavailable(RuntimeError):
+    """The sandbox venv cannot be created or the server cannot be started."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MILES_RAY_CACHE") or Path.home() / ".cache" / "miles-ray")
+
+
+def venv_dir() -> Path:
+    return Path(os.environ.get("HAUPT_VENV") or cache_dir() / "haupt-venv")
+
+
+def ensure_venv(timeout: float = 1200) -> Path:
+    """Create the haupt venv once (idempotent script) and return its path."""
+    venv = venv_dir()
+    stamp = venv / ".miles-ray-stamp"
+    if stamp.is_file() and (venv / "bin" / "haupt").exists():
+        return venv
+    if shutil.which("bash") is None:
+        raise HauptUnavailable("bash is needed to run scripts/haupt-venv.sh")
+    try:
+        proc = subprocess.run(
+            ["bash", str(VENV_SCRIPT)],
+            capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, "HAUPT_VENV": str(venv)},
+        )
+    except subprocess.TimeoutExpired:
+        raise HauptUnavailable(f"creating the haupt venv took more than {timeout:.0f}s") from None
+    if proc.returncode != 0 or not (venv / "bin" / "haupt").exists():
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise HauptUnavailable(f"scripts/haupt-venv.sh failed (exit {proc.returncode}): {tail}")
+    return venv
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_bytes(pid: int) -> int | None:
+    """Resident memory of pid and its descendants (Linux /proc)."""
+    total = 0
+    seen = False
+    pids = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        pids += [int(c) for c in children]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+                    seen = True
+        except OSError:
+            continue
+    return total if seen else None
+
+
+@dataclass
+class HauptServer:
+    host: str
+    port: int
+    pid: int
+    path: Path
+    log_path: Path
+    start_seconds: float
+    connections: list[dict] = field(default_factory=list)
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def alive(self) -> bool:
+        if self._proc is not None:
+            return self._proc.poll() is None
+        try:
+            os.kill(self.pid, 0)
+            return True
+        except OSError:
+            return False
+
+    def rss_bytes(self) -> int | None:
+        return _rss_bytes(self.pid)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 15) -> None:
+        """SIGTERM the server's own process group (its pgid is its PID), then SIGKILL."""
+        if not self.alive():
+            self._reap()
+            return
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                os.kill(self.pid, sig)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if not self.alive():
+                    self._reap()
+                    return
+                time.sleep(0.1)
+        self._reap()
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _ready(host: str) -> bool:
+    """Health endpoint up AND a database-backed API endpoint answering (migrations done)."""
+    try:
+        with urllib.request.urlopen(host + "/healthz", timeout=1) as r:
+            if r.status != 200:
+                return False
+        with urllib.request.urlopen(host + "/api/v1/default/projects/list", timeout=2) as r:
+            return r.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+def start(
+    venv: Path,
+    workdir: Path,
+    connections: list[dict] | None = None,
+    port: int | None = None,
+    timeout: float = 90,
+) -> HauptServer:
+    """Start ``haupt sandbox start`` on 127.0.0.1 and wait until it answers (or raise)."""
+    workdir = Path(workdir)
+    root = workdir / "sandbox"
+    home = workdir / "home"
+    root.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    conns = DEFAULT_CONNECTIONS if connections is None else connections
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("POLYAXON_", "DJANGO_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))
+    }
+    env.update(
+        HOME=str(home),
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        POLYAXON_AGENT_CONNECTIONS=json.dumps(conns),
+    )
+    last_error = ""
+    for _ in range(3):  # a free port can be taken between probing and binding: retry on another
+        p = port or free_port()
+        host = f"http://127.0.0.1:{p}"
+        log_path = workdir / f"haupt-{p}.log"
+        log = open(log_path, "wb")
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [str(venv / "bin" / "haupt"), "sandbox", "start", "--host", "127.0.0.1",
+             "--port", str(p), "--workers", "1", "--path", str(root)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, cwd=str(workdir), start_new_session=True,
+        )
+        log.close()
+        server = HauptServer(host=host, port=p, pid=proc.pid, path=root, log_path=log_path,
+                             start_seconds=0.0, connections=conns, _proc=proc)
+        deadline = t0 + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _ready(host):
+                server.start_seconds = time.monotonic() - t0
+                return server
+            time.sleep(0.2)
+        last_error = server.log_tail()
+        exited = proc.poll() is not None
+        server.stop()
+        if not exited:
+            raise HauptUnavailable(f"haupt sandbox not ready on {host} after {timeout:.0f}s:\n{last_error}")
+        if port or "address already in use" not in last_error.lower():
+            break
+    raise HauptUnavailable(f"haupt sandbox exited during start-up:\n{last_error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--dir", type=Path)
+    args = ap.parse_args(argv)
+    venv = ensure_venv()
+    workdir = args.dir or Path(tempfile.mkdtemp(prefix="haupt-"))
+    server = start(venv, workdir, port=args.port)
+    rss = server.rss_bytes() or 0
+    print(f"{server.host} pid={server.pid} started in {server.start_seconds:.1f}s rss={rss / 2**20:.0f}MiB")
+    print(f"stop with: kill -TERM -{server.pid}   (log: {server.log_path})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
