@@ -74,6 +74,8 @@ class Backend(str, Enum):
 
 
 BackendOption = Annotated[Backend, typer.Option("--backend", "-b", help="auto: the local cluster of that name if one runs on this machine, else Kubernetes; local: the embedded Ray cluster; kubernetes: KubeRay/Polyaxon")]
+ContextOpt = Annotated[Optional[str], typer.Option("--context", help="kubeconfig context (like kubectl)", show_default=False)]
+KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", help="kubeconfig file (like kubectl)", show_default=False)]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="give up after this many seconds")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
 

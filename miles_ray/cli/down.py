@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, YesOpt, config_flags,
+from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, NamespaceOpt, Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, YesOpt, config_flags,
                                   emit, err)
 from miles_ray.core.errors import ConfigError
 
@@ -10,6 +10,9 @@ from miles_ray.core.errors import ConfigError
 def down_cmd(
     name: NameOpt = None,
     backend: BackendOption = Backend.auto,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
     yes: YesOpt = False,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -23,7 +26,7 @@ def down_cmd(
     from miles_ray.core.config import load_config
     from miles_ray.services import clusters
 
-    cfg = load_config(config_flags(name=name), config)
+    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)
     if chosen != "local" and not yes:
         if not sys.stdin.isatty():

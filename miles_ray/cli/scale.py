@@ -6,15 +6,20 @@ from typing import Annotated
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, TimeoutOpt,
+from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, NamespaceOpt, Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, TimeoutOpt,
                                   config_flags, emit, err, progress_display)
-from miles_ray.cli.up import nodes_table
+from miles_ray.cli.up import kube_status_table, nodes_table
 
 
 def scale_cmd(
     nodes: Annotated[int, typer.Option("--nodes", "-N", min=0, max=4096, help="GPU worker nodes wanted")],
     name: NameOpt = None,
     backend: BackendOption = Backend.auto,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="kubernetes: wait for the new size to be ready")] = True,
+    ray_check: Annotated[bool, typer.Option("--ray-check/--no-ray-check", help="kubernetes: confirm the change in Ray too")] = True,
     force: Annotated[bool, typer.Option("--force", help="shrink even below what a running job needs")] = False,
     timeout: TimeoutOpt = 300.0,
     config: ConfigOpt = None,
@@ -29,14 +34,16 @@ def scale_cmd(
     from miles_ray.core.planner import summary_line
     from miles_ray.services import clusters
 
-    cfg = load_config(config_flags(name=name), config)
+    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)
     with progress_display(f"scaling {cfg.name} to {nodes} GPU node(s)", quiet=output is not Output.table) as p:
-        status = clusters.scale(cfg, chosen, nodes, progress=p, timeout=timeout, force=force)
+        kube = {} if chosen == "local" else {"wait": wait, "ray_check": ray_check}
+        status = clusters.scale(cfg, chosen, nodes, progress=p, timeout=timeout, force=force, **kube)
     if nodes > 0:
         _, plan = resolve_plan(cfg.model_copy(update={"nodes": nodes}))
         status["recommended_split"] = plan.model_dump(mode="json", include={"feasible", "layout", "miles_args", "errors"})
-    emit(status, output, lambda: nodes_table(status))
+    emit(status, output, lambda: nodes_table(status) if chosen == "local" else (
+        kube_status_table(status) if "pods" in status else err.print(f"scaled {cfg.name} to {nodes}")))
     if output is Output.table and nodes > 0:
         if plan.feasible:
             err.print(f"split for {nodes} node(s) ({cfg.recipe}): {' '.join(plan.miles_args)}")

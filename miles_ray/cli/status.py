@@ -6,15 +6,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, config_flags, emit,
+from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, NamespaceOpt, Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, config_flags, emit,
                                   out)
-from miles_ray.cli.up import nodes_table
+from miles_ray.cli.up import kube_status_table, nodes_table
 
 
 def status_cmd(
     run: Annotated[Optional[str], typer.Argument(help="a run name: show its job instead of the cluster", show_default=False)] = None,
     name: NameOpt = None,
     backend: BackendOption = Backend.auto,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    ray: Annotated[bool, typer.Option("--ray/--no-ray", help="kubernetes: also ask Ray (via a port-forward to the head) how many nodes are alive")] = False,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -33,6 +37,7 @@ def status_cmd(
     from miles_ray.core.config import load_config
     from miles_ray.services import clusters
 
-    cfg = load_config(config_flags(name=name), config)
-    status = clusters.status(cfg, clusters.pick_backend(backend.value, cfg))
-    emit(status, output, lambda: nodes_table(status))
+    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
+    chosen = clusters.pick_backend(backend.value, cfg)
+    status = clusters.status(cfg, chosen, **({} if chosen == "local" else {"with_ray": ray}))
+    emit(status, output, lambda: nodes_table(status) if chosen == "local" else kube_status_table(status))

@@ -3,10 +3,27 @@ GPU worker has joined Ray."""
 
 from __future__ import annotations
 
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
 from rich.table import Table
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, GpusOpt, NameOpt, NodesOpt, Output, OutputOpt,
-                                  TimeoutOpt, config_flags, emit, err, out, progress_display)
+from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
+                                  KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
+                                  RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, TimeoutOpt,
+                                  config_flags, emit, err, out, progress_display)
+from miles_ray.core.errors import ConfigError
+
+
+class Via(str, Enum):
+    polyaxon = "polyaxon"
+    kuberay = "kuberay"
+
+
+class DryRun(str, Enum):
+    client = "client"
+    server = "server"
 
 
 def nodes_table(status: dict) -> None:
@@ -20,12 +37,56 @@ def nodes_table(status: dict) -> None:
               f"{status['dashboard_url']}")
 
 
+def kube_summary(result: dict) -> None:
+    if result.get("dry_run"):
+        out.print(f"dry run ({result['dry_run']}): preflight passed for {result['name']} in {result['namespace']} "
+                  f"(KubeRay CRD {', '.join(result['preflight'].get('crd_versions', []))}; "
+                  f"{result['preflight'].get('gpu_nodes_fitting', '?')} GPU node(s) fit); nothing created")
+        return
+    what = "created" if result.get("created") else "already existed"
+    extra = f" (Polyaxon run {result['polyaxon_uuid']})" if result.get("polyaxon_uuid") else ""
+    out.print(f"cluster {result['name']} {what} in {result['namespace']} via {result['via']}{extra}")
+    if result.get("status"):
+        kube_status_table(result["status"])
+
+
+def kube_status_table(st: dict) -> None:
+    t = Table("pod", "role", "phase", "node", "reason", title=f"RayCluster {st['namespace']}/{st['raycluster']}",
+              title_justify="left")
+    for p in st["pods"]:
+        t.add_row(p["name"], p["role"], p["phase"] + (" ready" if p["ready"] else ""), p["node"] or "-",
+                  (p["reason"] + (": " + p["message"][:80] if p["message"] else "")) or "")
+    out.print(t)
+    line = (f"workers ready {st['ready_workers']}/{st['desired_workers']}, GPUs {st['ready_gpus']} "
+            f"(desired {st['desired_gpus']}), state {st.get('state')}")
+    if st.get("ray_nodes_alive") is not None:
+        line += f", Ray nodes alive {st['ray_nodes_alive']} ({st.get('ray_gpus')} GPUs)"
+    if st.get("polyaxon_uuid"):
+        line += f", Polyaxon run {st['polyaxon_uuid']} {st.get('polyaxon_status')}"
+    out.print(line)
+
+
 def up_cmd(
     nodes: NodesOpt = None,
     gpus_per_node: GpusOpt = None,
     name: NameOpt = None,
-    backend: BackendOption = Backend.kubernetes,
-    timeout: TimeoutOpt = 300.0,
+    backend: Annotated[Backend, typer.Option("--backend", "-b", help="kubernetes: a KubeRay cluster (through Polyaxon or directly); local: the embedded Ray cluster on this machine")] = Backend.kubernetes,
+    via: Annotated[Via, typer.Option("--via", help="kubernetes: create a Polyaxon raycluster operation, or the KubeRay RayCluster directly")] = Via.polyaxon,
+    dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: preflight only; server: also the API server's dry run of the create", show_default=False)] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every GPU worker has joined Ray")] = True,
+    ray_check: Annotated[bool, typer.Option("--ray-check/--no-ray-check", help="after the pods are ready, confirm in Ray (dashboard via port-forward) that the GPU workers joined")] = True,
+    recipe: RecipeOpt = None,
+    layout: LayoutOpt = None,
+    rollout_nodes: RolloutNodesOpt = None,
+    rollout_gpus: RolloutGpusOpt = None,
+    image: ImageOpt = None,
+    ray_version: RayVersionOpt = None,
+    allow_unpinned: AllowUnpinnedOpt = None,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    recipe_file: RecipeFileOpt = None,
+    timeout: TimeoutOpt = 600.0,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -44,9 +105,23 @@ def up_cmd(
     from miles_ray.core.config import load_config
     from miles_ray.services import clusters
 
-    cfg = load_config(config_flags(nodes=nodes, gpus_per_node=gpus_per_node, name=name), config)
+    cfg = load_config(config_flags(nodes=nodes, gpus_per_node=gpus_per_node, name=name, recipe=recipe, layout=layout,
+                                   rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
+                                   ray_version=ray_version, allow_unpinned=allow_unpinned, namespace=namespace,
+                                   kube_context=context, kubeconfig=kubeconfig, recipe_file=recipe_file), config)
+    kube = {}
+    if backend is Backend.local:
+        if dry_run:
+            raise ConfigError("--dry-run applies to --backend kubernetes", hint="'miles-ray plan' checks a split")
+    else:
+        kube = {"via": via.value, "dry_run": dry_run.value if dry_run else None, "wait": wait, "ray_check": ray_check}
     with progress_display(f"starting {backend.value} cluster {cfg.name}", quiet=output is not Output.table) as p:
-        status = clusters.up(cfg, backend.value, progress=p, timeout=timeout)
+        status = clusters.up(cfg, backend.value, progress=p, timeout=timeout, **kube)
     if status.get("already_running"):
         err.print(f"cluster {cfg.name!r} is already running; nothing changed (use 'miles-ray scale' to resize)")
-    emit(status, output, lambda: nodes_table(status))
+    for w in status.get("warnings", []):
+        err.print(f"[yellow]warning:[/] {w}")
+    if backend is Backend.local:
+        emit(status, output, lambda: nodes_table(status))
+    else:
+        emit(status, output, lambda: kube_summary(status))

@@ -1,0 +1,412 @@
+"""Real clusters: preflight, create (KubeRay directly or a Polyaxon raycluster operation), wait until the
+GPU workers joined Ray, scale, status, down."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from miles_ray.adapters import kube, state
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.errors import ClusterError, ConfigError
+
+Progress = Callable[[str], None] | None
+POLL = 1.0
+UNSCHEDULABLE_POLLS = 2  # an Unschedulable condition seen on this many polls in a row fails the wait
+
+
+def _say(progress: Progress, msg: str) -> None:
+    if progress:
+        progress(msg)
+
+
+# -- where a cluster's bookkeeping lives ----------------------------------------------------------
+
+def _record_path(cfg: MilesRayConfig):
+    ctx = cfg.kube_context or "current-context"
+    return state.state_dir() / "clusters" / ctx / cfg.namespace / f"{cfg.name}.json"
+
+
+def cluster_record(cfg: MilesRayConfig) -> dict[str, Any]:
+    rec = state.read_json(_record_path(cfg))
+    return rec or {"name": cfg.name, "via": "kuberay", "raycluster": cfg.name, "namespace": cfg.namespace}
+
+
+def _client(cfg: MilesRayConfig):
+    return kube.load_client(cfg.kubeconfig, cfg.kube_context)
+
+
+def _build(cfg: MilesRayConfig):
+    from miles_ray.cli.plan import require_feasible, resolve_plan
+    from miles_ray.core.builders import build_operation, build_raycluster
+    from miles_ray.core.images import check_image
+
+    if not cfg.image:
+        raise ConfigError("no image given", hint="pass --image repo[:tag]@sha256:<64 hex> or set 'image' in miles-ray.yaml")
+    image, warnings = check_image(cfg.image, cfg.allow_unpinned)
+    if not cfg.ray_version:
+        raise ConfigError("no Ray version given", hint="pass --ray-version (the Ray installed in the image)")
+    _, plan = resolve_plan(cfg)
+    require_feasible(plan)
+    rc = build_raycluster(cfg, plan, str(image), cfg.ray_version)
+    return plan, rc, warnings, build_operation
+
+
+# -- preflight ------------------------------------------------------------------------------------
+
+def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling: bool = False) -> dict[str, Any]:
+    """Everything that must hold before anything is created. Raises ClusterError listing what fails."""
+    report: dict[str, Any] = {}
+    if not kube.namespace_exists(api_client, cfg.namespace):
+        raise ClusterError(f"namespace {cfg.namespace!r} does not exist",
+                           hint=f"create it (kubectl create namespace {cfg.namespace}) or pass --namespace")
+    versions = kube.raycluster_crd_versions(api_client)
+    if versions is None:
+        raise ClusterError("the KubeRay RayCluster CRD (rayclusters.ray.io) is not installed on this cluster",
+                           hint="install the KubeRay operator (its Helm chart installs the CRDs)")
+    if "v1" not in versions:
+        raise ClusterError(f"the installed KubeRay serves RayCluster versions {versions}, not v1",
+                           hint="upgrade KubeRay to >= 1.0")
+    report["crd_versions"] = versions
+    if via == "kuberay" and not kube.pvc_exists(api_client, cfg.namespace, cfg.claim):
+        raise ClusterError(f"PersistentVolumeClaim {cfg.namespace}/{cfg.claim} does not exist",
+                           hint="create the shared volume for models, data and checkpoints, or set volume_claim")
+    if not reconciling:
+        cap = kube.gpu_capacity(api_client, cfg.node_selector,
+                                [t.model_dump(exclude_none=True) for t in cfg.tolerations])
+        cpu = float(cfg.cpus_per_node)
+        mem = kube.quantity(cfg.memory_per_node)
+        fitting = cap.fitting(cfg.gpus_per_node, cpu, mem)
+        report["gpu_nodes"] = len(cap.nodes)
+        report["gpu_nodes_fitting"] = len(fitting)
+        if len(fitting) < nodes:
+            eligible = [n for n in cap.nodes if n.eligible]
+            busy = [n for n in eligible if n not in fitting]
+            excluded = [n for n in cap.nodes if not n.eligible]
+            detail = [f"{len(cap.nodes)} node(s) have {kube.GPU}",
+                      f"{len(eligible)} match the node selector and tolerations",
+                      f"{len(fitting)} have {cfg.gpus_per_node} GPUs, {cfg.cpus_per_node} CPUs and "
+                      f"{cfg.memory_per_node} free"]
+            if busy:
+                detail.append("busy: " + ", ".join(f"{n.name} ({n.gpus_free:g} GPUs free)" for n in busy[:5]))
+            if excluded:
+                detail.append("excluded: " + ", ".join(f"{n.name} ({n.why_not})" for n in excluded[:5]))
+            raise ClusterError(f"not enough GPU nodes: need {nodes} with {cfg.gpus_per_node} free {kube.GPU} each; "
+                               + "; ".join(detail),
+                               hint="use fewer --nodes, free GPUs, or fix node_selector/tolerations")
+    return report
+
+
+# -- up -------------------------------------------------------------------------------------------
+
+def up(cfg: MilesRayConfig, progress: Progress = None, timeout: float = 600, via: str = "kuberay",
+       dry_run: str | None = None, wait: bool = True, ray_check: bool = True) -> dict[str, Any]:
+    plan, rc, warnings, build_operation = _build(cfg)
+    api = _client(cfg)
+    rays = kube.RayClusters(api)
+    existing = rays.get(cfg.namespace, cfg.name) if via == "kuberay" else None
+    _say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
+    report = preflight(cfg, api, cfg.nodes, via, reconciling=existing is not None)
+    result: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "via": via, "preflight": report,
+                              "warnings": warnings}
+    if via == "polyaxon":
+        return _up_polyaxon(cfg, api, plan, build_operation, result, progress, timeout, dry_run, wait, ray_check)
+    if dry_run == "server":
+        rays.create(rc, dry_run=True)
+        result.update({"dry_run": "server", "created": False, "raycluster": rc})
+        return result
+    if existing is not None:
+        diffs = _drift(existing, rc)
+        if diffs:
+            raise ClusterError(f"RayCluster {cfg.namespace}/{cfg.name} already exists and differs: " + "; ".join(diffs),
+                               hint="'miles-ray scale' changes the size; 'miles-ray down' then 'up' changes the image")
+        _say(progress, f"RayCluster {cfg.name} already exists with this spec; waiting for it")
+        result["created"] = False
+    else:
+        try:
+            rays.create(rc)
+            result["created"] = True
+            _say(progress, f"created RayCluster {cfg.namespace}/{cfg.name}")
+        except ClusterError as e:
+            if getattr(e, "status", None) != 409:
+                raise
+            result["created"] = False
+            _say(progress, f"RayCluster {cfg.name} was created by someone else meanwhile; waiting for it")
+    state.atomic_write_json(_record_path(cfg), {"name": cfg.name, "via": "kuberay", "raycluster": cfg.name,
+                                                "namespace": cfg.namespace, "context": cfg.kube_context})
+    if wait:
+        result["status"] = wait_ready(cfg, api, cfg.name, cfg.nodes, progress, timeout, ray_check)
+    return result
+
+
+def _drift(existing: dict, wanted: dict) -> list[str]:
+    diffs = []
+    es, ws = existing.get("spec", {}), wanted["spec"]
+    if es.get("rayVersion") != ws["rayVersion"]:
+        diffs.append(f"rayVersion {es.get('rayVersion')} != {ws['rayVersion']}")
+
+    def image(spec: dict, path: str) -> str | None:
+        try:
+            if path == "head":
+                return spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+            return spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"]
+        except (KeyError, IndexError):
+            return None
+
+    for part in ("head", "worker"):
+        if image(es, part) != image(ws, part):
+            diffs.append(f"{part} image {image(es, part)} != {image(ws, part)}")
+    eg = (es.get("workerGroupSpecs") or [{}])[0]
+    wg = ws["workerGroupSpecs"][0]
+    if eg.get("replicas") != wg["replicas"]:
+        diffs.append(f"replicas {eg.get('replicas')} != {wg['replicas']}")
+    return diffs
+
+
+def _up_polyaxon(cfg, api, plan, build_operation, result, progress, timeout, dry_run, wait, ray_check):
+    from miles_ray.adapters import polyaxon_api, polyaxon_spec
+
+    op = build_operation(cfg, plan, cfg.image, cfg.ray_version)
+    polyaxon_spec.validate_operation(op)
+    client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
+    client.check_project(cfg.polyaxon_owner, cfg.polyaxon_project)
+    known = polyaxon_api.list_agent_connections(cfg.polyaxon_host, cfg.polyaxon_owner)
+    wanted = polyaxon_spec.connection_names(op)
+    if known is not None:
+        missing = sorted(set(wanted) - set(known))
+        if missing:
+            raise ClusterError(f"the Polyaxon agent does not know connection(s) {', '.join(missing)} "
+                               f"(known: {', '.join(sorted(known)) or 'none'})",
+                               hint="register the connection in the agent config, or set 'connection'")
+    if dry_run:
+        result.update({"dry_run": dry_run, "created": False, "operation": op})
+        return result
+    meta = {"miles_ray": {"recipe": plan.recipe, "recipe_hash": plan.recipe_hash, "nodes": plan.nodes,
+                          "gpus_per_node": plan.gpus_per_node, "layout": plan.layout, "image": cfg.image}}
+    uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
+                                   tags=op.get("tags"), meta=meta)
+    raycluster = f"plx-operation-{uuid}"
+    state.atomic_write_json(_record_path(cfg), {"name": cfg.name, "via": "polyaxon", "raycluster": raycluster,
+                                                "namespace": cfg.namespace, "context": cfg.kube_context,
+                                                "polyaxon_uuid": uuid, "polyaxon_project": cfg.polyaxon_project,
+                                                "polyaxon_owner": cfg.polyaxon_owner})
+    result.update({"created": True, "polyaxon_uuid": uuid, "raycluster": raycluster})
+    _say(progress, f"created Polyaxon operation {uuid} in {cfg.polyaxon_owner}/{cfg.polyaxon_project}")
+    if wait:
+        result["status"] = wait_ready(cfg, api, raycluster, cfg.nodes, progress, timeout, ray_check)
+    return result
+
+
+# -- waiting --------------------------------------------------------------------------------------
+
+def _summary(rc: dict | None, pods: list[dict], want: int) -> str:
+    workers = [p for p in pods if p["role"] == "worker"]
+    head = next((p for p in pods if p["role"] == "head"), None)
+    scheduled = sum(1 for p in workers if p["node"])
+    running = sum(1 for p in workers if p["phase"] == "Running")
+    st = (rc or {}).get("status", {})
+    return (f"head {head['phase'] if head else 'not created'}; workers scheduled {scheduled}/{want}, "
+            f"running {running}/{want}; RayCluster ready workers {st.get('readyWorkerReplicas', 0)}/{want}")
+
+
+def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progress, timeout: float,
+               ray_check: bool) -> dict[str, Any]:
+    """Pods scheduled -> running -> RayCluster ready -> N GPU workers ALIVE in Ray. Fails fast on pods that
+    cannot be scheduled or whose containers cannot start; survives API server restarts until the timeout."""
+    rays = kube.RayClusters(api)
+    deadline = time.monotonic() + timeout
+    unschedulable_seen: dict[str, int] = {}
+    last = ""
+    while True:
+        try:
+            rc = rays.get(cfg.namespace, name)
+            pods = kube.cluster_pods(api, cfg.namespace, name)
+        except ClusterError as e:
+            if "unreachable" not in str(e) and getattr(e, "status", None) not in (429, 500, 502, 503, 504):
+                raise
+            _say(progress, "Kubernetes API unreachable; still waiting")
+            rc, pods = None, None
+        if pods is not None:
+            for p in pods:
+                if p["reason"] == "Unschedulable":
+                    unschedulable_seen[p["name"]] = unschedulable_seen.get(p["name"], 0) + 1
+                    if unschedulable_seen[p["name"]] >= UNSCHEDULABLE_POLLS:
+                        raise ClusterError(f"pod {p['name']} cannot be scheduled: {p['message']}",
+                                           hint="free GPUs, add nodes, or check node_selector/tolerations/quotas; "
+                                                "the RayCluster is left in place ('miles-ray down' removes it)")
+                elif p["fatal"]:
+                    raise ClusterError(f"pod {p['name']} cannot start: {p['reason']}: {p['message'][:300]}",
+                                       hint="check the image reference and pull secrets (ImagePullBackOff) or "
+                                            "'miles-ray logs'/kubectl logs (CrashLoopBackOff)")
+                else:
+                    unschedulable_seen.pop(p["name"], None)
+            msg = _summary(rc, pods, want)
+            if msg != last:
+                _say(progress, msg)
+                last = msg
+            st = (rc or {}).get("status", {})
+            meta = (rc or {}).get("metadata", {})
+            workers_ready = sum(1 for p in pods if p["role"] == "worker" and p["ready"] and not p["deleting"])
+            if (rc is not None and st.get("observedGeneration", 0) >= meta.get("generation", 1)
+                    and st.get("readyWorkerReplicas", 0) == want and workers_ready == want
+                    and st.get("desiredWorkerReplicas", want) == want):
+                break
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {name}: {last}",
+                               hint="'miles-ray status' shows each pod's reason")
+        time.sleep(POLL)
+    out = status(cfg, api_client=api, name=name, with_ray=False)
+    if ray_check:
+        out["ray"] = wait_ray_joined(cfg, api, name, want, progress, max(5.0, deadline - time.monotonic()))
+    return out
+
+
+def wait_ray_joined(cfg: MilesRayConfig, api, name: str, want: int, progress: Progress, timeout: float) -> dict:
+    from miles_ray.adapters import ray_jobs
+
+    with kube.port_forward(api, cfg.namespace, kube.head_pod(api, cfg.namespace, name)) as url:
+        _say(progress, f"waiting for {want} GPU worker(s) to join Ray (dashboard via port-forward {url})")
+        return ray_jobs.wait_for_gpu_nodes(url, want, cfg.gpus_per_node, timeout, progress)
+
+
+# -- status, scale, down --------------------------------------------------------------------------
+
+def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_ray: bool = False) -> dict[str, Any]:
+    api = api_client or _client(cfg)
+    rec = cluster_record(cfg)
+    name = name or rec["raycluster"]
+    rc = kube.RayClusters(api).get(cfg.namespace, name)
+    if rc is None:
+        raise ClusterError(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
+    pods = kube.cluster_pods(api, cfg.namespace, name)
+    st = rc.get("status", {})
+    groups = rc["spec"].get("workerGroupSpecs") or []
+    gpus_per_worker = 0
+    if groups:
+        limits = groups[0]["template"]["spec"]["containers"][0].get("resources", {}).get("limits", {})
+        gpus_per_worker = int(kube.quantity(limits.get(kube.GPU, 0)))
+    ready = st.get("readyWorkerReplicas", 0)
+    out: dict[str, Any] = {
+        "name": cfg.name, "backend": "kubernetes", "via": rec.get("via", "kuberay"), "raycluster": name,
+        "namespace": cfg.namespace, "desired_workers": sum(g.get("replicas", 0) for g in groups),
+        "ready_workers": ready, "gpus_per_worker": gpus_per_worker,
+        "desired_gpus": int(kube.quantity(st.get("desiredGPU", 0))), "ready_gpus": ready * gpus_per_worker,
+        "state": st.get("state"), "conditions": [
+            {k: c.get(k) for k in ("type", "status", "reason", "message")} for c in st.get("conditions", [])],
+        "generation": rc["metadata"].get("generation"), "observed_generation": st.get("observedGeneration"),
+        "pods": pods, "head_service": f"{name}-head-svc",
+        "dashboard_url": f"http://{name}-head-svc.{cfg.namespace}.svc:8265",
+        # fields the shared table printer expects
+        "nodes": [{"index": i, "is_head": p["role"] == "head", "state": p["phase"] + ("" if not p["reason"] else f" ({p['reason']})"),
+                   "gpus": gpus_per_worker if p["role"] == "worker" else 0, "cpus": "", "node_ip": p["node"] or ""}
+                  for i, p in enumerate(pods)],
+        "gpu_node_count": ready, "total_gpus": ready * gpus_per_worker,
+    }
+    if rec.get("polyaxon_uuid"):
+        out["polyaxon_uuid"] = rec["polyaxon_uuid"]
+        try:
+            from miles_ray.adapters import polyaxon_api
+
+            run = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host, retries=1).get_run(
+                rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"], with_conditions=False)
+            out["polyaxon_status"] = run.get("status")
+        except Exception as e:  # noqa: BLE001 - status must still show the cluster
+            out["polyaxon_status"] = f"unknown ({str(e).splitlines()[0][:120]})"
+    if with_ray:
+        try:
+            from miles_ray.adapters import ray_jobs
+
+            with kube.port_forward(api, cfg.namespace, kube.head_pod(api, cfg.namespace, name)) as url:
+                topo = ray_jobs.cluster_topology(url)
+            out["ray_nodes_alive"] = sum(1 for n in topo["nodes"] if n["alive"])
+            out["ray_gpus"] = sum(n["gpus"] for n in topo["nodes"] if n["alive"])
+        except ClusterError as e:
+            out["ray_nodes_alive"] = None
+            out["ray_error"] = str(e)
+    return out
+
+
+def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: float = 600, force: bool = False,
+          wait: bool = True, ray_check: bool = True) -> dict[str, Any]:
+    api = _client(cfg)
+    rec = cluster_record(cfg)
+    name = rec["raycluster"]
+    rays = kube.RayClusters(api)
+    current = rays.get(cfg.namespace, name)
+    if current is None:
+        raise ClusterError(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
+    groups = current["spec"].get("workerGroupSpecs") or []
+    now = next((g.get("replicas", 0) for g in groups if g.get("groupName") == cfg.worker_group), None)
+    if now is not None and nodes < now and not force:
+        _refuse_shrink(cfg, name, nodes)
+    if now is not None and nodes > now:
+        preflight_grow = kube.gpu_capacity(api, cfg.node_selector, [t.model_dump(exclude_none=True) for t in cfg.tolerations])
+        fit = preflight_grow.fitting(cfg.gpus_per_node, float(cfg.cpus_per_node), kube.quantity(cfg.memory_per_node))
+        if len(fit) < nodes - now:
+            raise ClusterError(f"not enough free GPU nodes to grow from {now} to {nodes}: {len(fit)} fit",
+                               hint="use a smaller --nodes or free GPUs")
+    patched, notes = rays.set_replicas(cfg.namespace, name, cfg.worker_group, nodes, on_retry=progress)
+    for n in notes:
+        _say(progress, f"adjusted {n} (explicitly, so KubeRay does not clamp the new size)")
+    result: dict[str, Any] = {"name": cfg.name, "raycluster": name, "from": now, "to": nodes, "adjusted": notes}
+    if wait:
+        result.update(wait_ready(cfg, api, name, nodes, progress, timeout, ray_check and nodes > 0))
+    return result
+
+
+def _refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:
+    from miles_ray.services.jobs import live_status
+
+    for rec in state.list_records():
+        if rec.get("cluster") != cfg.name or rec.get("backend") == "local":
+            continue
+        need = int(rec.get("split", {}).get("nodes", 0))
+        if need <= nodes:
+            continue
+        st = live_status(rec)
+        if st in {"PENDING", "RUNNING"}:
+            raise ConfigError(f"run {rec['run']!r} is {st} and needs {need} GPU nodes; refusing to scale to {nodes}",
+                              hint="stop the run first, or pass --force")
+        if st == "UNREACHABLE":
+            raise ConfigError(f"cannot tell whether run {rec['run']!r} (needs {need} GPU nodes) is still running",
+                              hint="check with 'miles-ray status RUN', or pass --force")
+
+
+def down(cfg: MilesRayConfig, wait: bool = True, timeout: float = 120) -> dict[str, Any]:
+    api = _client(cfg)
+    rec = cluster_record(cfg)
+    name = rec["raycluster"]
+    out: dict[str, Any] = {"name": cfg.name, "raycluster": name, "namespace": cfg.namespace,
+                           "storage": "kept (PVCs, connections and checkpoints are never deleted)"}
+    if rec.get("polyaxon_uuid"):
+        from miles_ray.adapters import polyaxon_api
+
+        polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host).stop_run(
+            rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"])
+        out["polyaxon_stopped"] = rec["polyaxon_uuid"]
+    deleted = kube.RayClusters(api).delete(cfg.namespace, name)
+    if not deleted and not rec.get("polyaxon_uuid"):
+        raise ClusterError(f"no RayCluster {cfg.namespace}/{name} to delete")
+    out["deleted"] = deleted
+    if wait and deleted:
+        deadline = time.monotonic() + timeout
+        while kube.cluster_pods(api, cfg.namespace, name) or kube.RayClusters(api).get(cfg.namespace, name):
+            if time.monotonic() > deadline:
+                out["pods_remaining"] = len(kube.cluster_pods(api, cfg.namespace, name))
+                break
+            time.sleep(POLL)
+    _record_path(cfg).unlink(missing_ok=True)
+    return out
+
+
+def dashboard_address(cfg: MilesRayConfig) -> str:
+    """The head's Jobs API URL: service DNS inside the cluster; outside, the caller needs a port-forward."""
+    import os
+
+    rec = cluster_record(cfg)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return f"http://{rec['raycluster']}-head-svc.{cfg.namespace}.svc:8265"
+    raise ClusterError(
+        f"the head of {rec['raycluster']} is only reachable inside the cluster",
+        hint=f"run 'kubectl port-forward svc/{rec['raycluster']}-head-svc 8265:8265 -n {cfg.namespace}' and pass "
+             "--address http://127.0.0.1:8265, or run submit inside the cluster")
