@@ -61,11 +61,25 @@ def resolve_address(cfg: MilesRayConfig, address: str | None, backend: str = "au
     return dashboard_address(cfg, backend)
 
 
+def job_or_none(address: str, job_id: str) -> dict | None:
+    """The job's info, or None when the head has no job of that id."""
+    from miles_ray.adapters import ray_jobs
+
+    try:
+        return ray_jobs.status(address, job_id)
+    except ClusterError as e:
+        if "no such job" in str(e) or "no job" in str(e):
+            return None
+        raise
+
+
 def check_topology(topology: dict, plan: Plan) -> list[str]:
-    """What the live cluster lacks for the plan (empty: enough). Compares GPU worker nodes and GPUs/node."""
-    gpu_nodes = [n for n in topology["nodes"] if n["alive"] and n["gpus"] > 0]
+    """What the live cluster lacks for the plan (empty: enough). Compares GPU worker nodes and GPUs/node.
+    ``topology['nodes']`` lists the ALIVE nodes only."""
+    gpu_nodes = [n for n in topology["nodes"] if n["gpus"] > 0]
     problems: list[str] = []
     per_node = sorted({int(n["gpus"]) for n in gpu_nodes})
+    gpu_nodes = [n for n in gpu_nodes if int(n["gpus"]) >= plan.gpus_per_node] if len(per_node) > 1 else gpu_nodes
     if len(gpu_nodes) < plan.ray.gpu_workers:
         problems.append(f"{len(gpu_nodes)} GPU node(s) alive, the plan needs {plan.ray.gpu_workers} "
                         f"(missing {plan.ray.gpu_workers - len(gpu_nodes)})")
@@ -77,7 +91,7 @@ def check_topology(topology: dict, plan: Plan) -> list[str]:
     if few_cpus:
         problems.append(f"{len(few_cpus)} GPU node(s) advertise fewer CPUs than GPUs ({plan.gpus_per_node}); "
                         "Miles needs one CPU with every GPU bundle")
-    spare = sum(n["cpus"] for n in topology["nodes"] if n["alive"]) - plan.trainer_gpus - (
+    spare = sum(n["cpus"] for n in topology["nodes"]) - plan.trainer_gpus - (
         0 if plan.colocate else plan.rollout_num_gpus)
     if spare < plan.ray.spare_cpus:
         problems.append("no spare CPU for the RolloutManager (one CPU outside the GPU bundles)")
@@ -137,10 +151,11 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         if existing.get("address") != url:
             raise ConfigError(f"run {run!r} already exists on another cluster ({existing.get('address')})",
                               hint="pick another --run name")
-        job = ray_jobs.status(url, existing["submission_id"], missing_ok=True)
+        job = job_or_none(url, existing["submission_id"])
         if job is not None:
             return {"run": run, "submission_id": existing["submission_id"], "created": False, "address": url,
-                    "status": job, "record": str(state.record_path(run)), "output_dir": existing["output_dir"]}
+                    "status": job["status"], "record": str(state.record_path(run)),
+                    "output_dir": existing["output_dir"]}
         if existing.get("recipe_hash") != recipe.content_hash() or resume_differences(
                 RunRecord.model_validate(existing), recipe.content_hash(), plan.model_dump()):
             raise ConfigError(f"run {run!r} was recorded with a different recipe or split and has no job",
@@ -165,9 +180,10 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         raise ClusterError(f"the cluster at {url} does not fit the plan: " + "; ".join(problems),
                            hint="add GPU workers ('miles-ray scale'), wait for them (--wait-for-nodes), "
                                 "or plan for what is there")
-    ray_version = topology.get("ray_version") or cfg.ray_version
-    if cfg.ray_version and topology.get("ray_version") and cfg.ray_version != topology["ray_version"]:
-        raise ClusterError(f"the cluster runs Ray {topology['ray_version']} but the config says {cfg.ray_version}",
+    live_version = ray_jobs.ray_version(url)
+    ray_version = live_version or cfg.ray_version
+    if cfg.ray_version and live_version and cfg.ray_version != live_version:
+        raise ClusterError(f"the cluster runs Ray {live_version} but the config says {cfg.ray_version}",
                            hint="head, workers and submitter must run one Ray version: fix --ray-version or the image")
 
     runtime_env: dict[str, Any] = {"env_vars": job_env(cfg, url, env)}
@@ -208,23 +224,23 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         raise
     return {"run": run, "submission_id": job_id, "created": created_now, "address": url,
             "record": str(state.record_path(run)), "output_dir": output_dir, "entrypoint": entrypoint,
-            "status": ray_jobs.status(url, job_id)}
+            "status": ray_jobs.status(url, job_id)["status"]}
 
 
 def live_status(record: dict[str, Any]) -> str:
-    from miles_ray.adapters import ray_jobs
-
     try:
-        return ray_jobs.status(record["address"], record["submission_id"], missing_ok=True) or "UNKNOWN"
+        job = job_or_none(record["address"], record["submission_id"])
     except ClusterError:
         return "UNREACHABLE"
+    return job["status"] if job else "UNKNOWN"
 
 
 def run_status(run: str) -> dict[str, Any]:
     from miles_ray.adapters import ray_jobs
 
     rec = state.load_record(run)
-    info = ray_jobs.job_info(rec["address"], rec["submission_id"])
+    info = ray_jobs.status(rec["address"], rec["submission_id"])
+    info.pop("runtime_env", None)
     return {"run": run, "submission_id": rec["submission_id"], "address": rec["address"], **info,
             "output_dir": rec["output_dir"], "recipe": rec["recipe"], "mode": rec["mode"]}
 

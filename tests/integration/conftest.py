@@ -65,3 +65,55 @@ def polyaxon_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# local_ray: a real 4-node x 8 fake-GPU Ray cluster from separate `ray start` processes
+# ---------------------------------------------------------------------------------------------
+
+LOCAL_RAY_NODES = 4
+LOCAL_RAY_GPUS = 8
+
+
+class LocalRayCluster:
+    """Handle on the session's local Ray cluster (``miles_ray.adapters.local_ray``)."""
+
+    def __init__(self, state_dir: Path, name: str, info: dict) -> None:
+        self.state_dir = state_dir
+        self.name = name
+        self.info = info
+        self.address: str = info["dashboard_url"]
+
+    def status(self) -> dict:
+        from miles_ray.adapters import local_ray
+
+        return local_ray.status(self.state_dir, self.name)
+
+    def pids(self) -> list[int]:
+        from miles_ray.adapters import local_ray
+
+        return local_ray.cluster_pids(self.state_dir, self.name)
+
+
+@pytest.fixture(scope="session")
+def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
+    """Head (0 GPUs) + 4 worker raylets x 8 fake GPUs, each its own ``ray start`` process;
+    stopped at the end by PID (never ``ray stop``), with a check that nothing is left."""
+    from miles_ray.adapters import local_ray as lr
+
+    state_dir = tmp_path_factory.mktemp("local-ray-state")
+    name = f"pytest-{os.getpid()}"
+    info = lr.up(state_dir, name, LOCAL_RAY_NODES, LOCAL_RAY_GPUS, LOCAL_RAY_GPUS, timeout=240)
+    cluster = LocalRayCluster(state_dir, name, info)
+    try:
+        yield cluster
+    finally:
+        state = lr._read_state(state_dir, name)
+        if state is not None:
+            procs = lr._all_procs(state)
+            try:
+                lr.down(state_dir, name)
+            finally:
+                left = sorted({pid for p in procs for pid in lr.session_members(p)})
+                assert not left, f"local Ray processes left after down: {left}"
+                assert not Path(state["temp_dir"]).exists(), "local Ray temp dir left after down"

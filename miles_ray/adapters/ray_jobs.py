@@ -1,0 +1,345 @@
+"""Thin layer over the Ray Jobs API (``ray.job_submission.JobSubmissionClient``).
+
+``ray`` is imported lazily inside the functions (``ray.job_submission`` costs ~0.2 s), and the
+topology calls use plain HTTP against the state API (``GET /api/v0/nodes``) -- ``ray status``
+lags by seconds. Every "cannot reach" failure becomes one ``ClusterError`` line naming the
+address and how to fix it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import warnings
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from miles_ray.core.errors import ClusterError
+
+Progress = Callable[[str], None] | None
+
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+FIX_HINT = "start a local cluster with `miles-ray up --backend local`, or pass --address http://<head>:8265"
+
+
+def normalize_address(address: str) -> str:
+    address = (address or "").strip().rstrip("/")
+    if not address:
+        raise ClusterError("no Ray address given", hint=FIX_HINT)
+    if address.startswith("ray://"):
+        raise ClusterError(
+            f"{address} is a Ray Client address; the Jobs API needs the dashboard URL", hint="use http://<head>:8265"
+        )
+    if "://" not in address:
+        address = "http://" + address
+    return address
+
+
+def _unreachable(address: str, exc: BaseException | str) -> ClusterError:
+    return ClusterError(f"cannot reach the Ray Jobs API at {address} ({exc})", hint=FIX_HINT)
+
+
+_QUIET_LOGGERS = (
+    "ray.dashboard.modules.job.sdk",  # "WebSocket closed for job ..." on every normal end of a log tail
+    "ray.dashboard.modules.dashboard_sdk",  # "Uploading package ..."
+    "ray._private.runtime_env.packaging",  # "Creating a file package ..."
+)
+
+
+def _client(address: str):
+    address = normalize_address(address)
+    import logging
+
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        from ray.job_submission import JobSubmissionClient
+    except ImportError as exc:  # pragma: no cover - ray is a dependency
+        raise ClusterError("ray is not installed", hint='pip install "ray[default]"') from exc
+    try:
+        return JobSubmissionClient(address)
+    except Exception as exc:  # ConnectionError, requests errors, version-check failures
+        raise _unreachable(address, _short(exc)) from exc
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _call(address: str, what: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except ClusterError:
+        raise
+    except Exception as exc:
+        msg = _short(exc)
+        low = msg.lower()
+        if "does not exist" in low or "not found" in low or "404" in low:
+            raise ClusterError(f"{what}: no such job on {address}", hint="list jobs with `miles-ray jobs`") from exc
+        if any(k in low for k in ("connection", "refused", "timed out", "max retries", "cannot connect")):
+            raise _unreachable(address, msg) from exc
+        raise ClusterError(f"{what} failed on {address}: {msg}") from exc
+
+
+# ------------------------------------------------------------------------------------------
+# topology (plain HTTP, no ray import)
+# ------------------------------------------------------------------------------------------
+
+
+def _get_json(url: str, timeout: float) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310
+        return json.load(resp)
+
+
+def cluster_topology(address: str, timeout: float = 5.0) -> dict:
+    """ALIVE nodes with head flag, GPUs and CPUs, from ``GET {address}/api/v0/nodes``."""
+    address = normalize_address(address)
+    try:
+        payload = _get_json(f"{address}/api/v0/nodes?limit=10000", timeout)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise _unreachable(address, exc) from exc
+    data = (payload.get("data") or {}).get("result") or {}
+    rows = data.get("result", []) if isinstance(data, dict) else data
+    nodes = []
+    for n in rows or []:
+        if n.get("state") != "ALIVE":
+            continue
+        res = n.get("resources_total") or {}
+        nodes.append(
+            {
+                "node_id": n.get("node_id"),
+                "ip": n.get("node_ip"),
+                "node_ip": n.get("node_ip"),
+                "is_head": bool(n.get("is_head_node")),
+                "gpus": float(res.get("GPU", 0)),
+                "cpus": float(res.get("CPU", 0)),
+                "resources": res,
+                "labels": n.get("labels") or {},
+            }
+        )
+    nodes.sort(key=lambda x: (not x["is_head"], x["ip"] or "", x["node_id"] or ""))
+    gpu_nodes = [n for n in nodes if n["gpus"] > 0]
+    return {
+        "address": address,
+        "nodes": nodes,
+        "alive_count": len(nodes),
+        "gpu_node_count": len(gpu_nodes),
+        "gpus_per_node": sorted({n["gpus"] for n in gpu_nodes}),
+        "total_gpus": sum(n["gpus"] for n in nodes),
+        "total_cpus": sum(n["cpus"] for n in nodes),
+        "head": next((n for n in nodes if n["is_head"]), None),
+    }
+
+
+def ray_version(address: str, timeout: float = 5.0) -> str | None:
+    """The Ray version the head runs (``GET /api/version``), or None if it does not say."""
+    address = normalize_address(address)
+    try:
+        payload = _get_json(f"{address}/api/version", timeout)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise _unreachable(address, exc) from exc
+    version = payload.get("ray_version") if isinstance(payload, dict) else None
+    return str(version) if version else None
+
+
+def wait_for_gpu_nodes(
+    address: str,
+    n_nodes: int,
+    gpus_per_node: int,
+    timeout: float = 600,
+    progress: Progress = None,
+    poll: float = 2.0,
+) -> dict:
+    """Block until at least ``n_nodes`` ALIVE nodes each advertise >= ``gpus_per_node`` GPUs."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        topo = cluster_topology(address)
+        ready = [n for n in topo["nodes"] if n["gpus"] >= gpus_per_node]
+        if len(ready) >= n_nodes:
+            return topo
+        msg = f"waiting for {n_nodes} nodes with {gpus_per_node} GPUs: {len(ready)} ready"
+        if progress is not None and msg != last:
+            progress(msg)
+            last = msg
+        if time.monotonic() >= deadline:
+            have = ", ".join(f"{n['ip']}={n['gpus']:g}" for n in topo["nodes"]) or "none"
+            raise ClusterError(
+                f"only {len(ready)} of {n_nodes} nodes with {gpus_per_node} GPUs joined {topo['address']} "
+                f"within {timeout:.0f}s (alive nodes and GPUs: {have})",
+                hint="scale the cluster up or ask for fewer nodes",
+            )
+        time.sleep(poll)
+
+
+# ------------------------------------------------------------------------------------------
+# jobs
+# ------------------------------------------------------------------------------------------
+
+
+def _info_dict(info: Any) -> dict:
+    status = getattr(info, "status", None)
+    return {
+        "job_id": getattr(info, "submission_id", None) or getattr(info, "job_id", None),
+        "ray_job_id": getattr(info, "job_id", None),
+        "status": str(getattr(status, "value", status)) if status is not None else None,
+        "message": getattr(info, "message", None),
+        "entrypoint": getattr(info, "entrypoint", None),
+        "metadata": dict(getattr(info, "metadata", None) or {}),
+        "start_time": getattr(info, "start_time", None),
+        "end_time": getattr(info, "end_time", None),
+        "driver_exit_code": getattr(info, "driver_exit_code", None),
+        "runtime_env": getattr(info, "runtime_env", None),
+    }
+
+
+def _existing(client: Any, submission_id: str) -> Any | None:
+    try:
+        return client.get_job_info(submission_id)
+    except Exception as exc:
+        low = str(exc).lower()
+        if "does not exist" in low or "not found" in low or "404" in low:
+            return None
+        raise
+
+
+def submit(
+    address: str,
+    entrypoint: str,
+    runtime_env: dict | None = None,
+    submission_id: str | None = None,
+    metadata: dict[str, str] | None = None,
+    entrypoint_num_cpus: float | None = None,
+    entrypoint_num_gpus: float | None = None,
+    entrypoint_resources: dict[str, float] | None = None,
+) -> tuple[str, bool]:
+    """Submit a job; return ``(job_id, created)``.
+
+    With a ``submission_id`` that already exists, the existing job is returned (``created`` False)
+    and nothing new is submitted -- also when a concurrent submit wins the race.
+    """
+    address = normalize_address(address)
+    client = _client(address)
+    if submission_id:
+        found = _call(address, f"looking up job {submission_id}", lambda: _existing(client, submission_id))
+        if found is not None:
+            return submission_id, False
+    kwargs: dict[str, Any] = {"entrypoint": entrypoint}
+    if runtime_env:
+        kwargs["runtime_env"] = runtime_env
+    if submission_id:
+        kwargs["submission_id"] = submission_id
+    if metadata:
+        kwargs["metadata"] = {str(k): str(v) for k, v in metadata.items()}
+    if entrypoint_num_cpus is not None:
+        kwargs["entrypoint_num_cpus"] = entrypoint_num_cpus
+    if entrypoint_num_gpus is not None:
+        kwargs["entrypoint_num_gpus"] = entrypoint_num_gpus
+    if entrypoint_resources:
+        kwargs["entrypoint_resources"] = entrypoint_resources
+    try:
+        job_id = client.submit_job(**kwargs)
+    except Exception as exc:
+        if submission_id and "already exists" in str(exc).lower():
+            return submission_id, False  # lost the race to a concurrent submit of the same id
+        msg = _short(exc)
+        if any(k in msg.lower() for k in ("connection", "refused", "max retries")):
+            raise _unreachable(address, msg) from exc
+        raise ClusterError(f"Ray refused the job on {address}: {msg}") from exc
+    return job_id, True
+
+
+def status(address: str, job_id: str) -> dict:
+    address = normalize_address(address)
+    client = _client(address)
+    return _info_dict(_call(address, f"status of job {job_id}", lambda: client.get_job_info(job_id)))
+
+
+def wait(
+    address: str,
+    job_id: str,
+    timeout: float | None = None,
+    until: tuple[str, ...] = TERMINAL,
+    poll: float = 0.5,
+) -> dict:
+    """Poll until the job's status is in ``until`` (default: terminal); ``ClusterError`` on timeout."""
+    address = normalize_address(address)
+    client = _client(address)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        info = _info_dict(_call(address, f"status of job {job_id}", lambda: client.get_job_info(job_id)))
+        if info["status"] in until or info["status"] in TERMINAL:
+            return info
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ClusterError(f"job {job_id} is still {info['status']} after {timeout:.0f}s on {address}")
+        time.sleep(poll)
+
+
+def logs(address: str, job_id: str) -> str:
+    address = normalize_address(address)
+    client = _client(address)
+    return _call(address, f"logs of job {job_id}", lambda: client.get_job_logs(job_id))
+
+
+def follow_logs(address: str, job_id: str) -> Iterator[str]:
+    """Yield log chunks as the job writes them; ends when the job ends.
+
+    Wraps the async ``tail_job_logs`` in a private event loop. If the head goes away (or the
+    stream stops while the job is not finished) a ``ClusterError`` says so.
+    """
+    address = normalize_address(address)
+    client = _client(address)
+    loop = asyncio.new_event_loop()
+    agen = client.tail_job_logs(job_id)
+    try:
+        while True:
+            try:
+                with warnings.catch_warnings():  # aiohttp's "ssl=None is deprecated" from Ray's SDK
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    chunk = loop.run_until_complete(agen.__anext__())
+            except StopAsyncIteration:
+                break
+            except Exception as exc:
+                msg = _short(exc)
+                if "does not exist" in msg.lower() or "404" in msg:
+                    raise ClusterError(f"no job {job_id} on {address}") from exc
+                raise ClusterError(
+                    f"lost the log stream of job {job_id}: the Ray head at {address} went away ({msg})",
+                    hint="check the cluster with `miles-ray status`; the job may still be running",
+                ) from exc
+            yield chunk
+    finally:
+        try:
+            loop.run_until_complete(agen.aclose())
+        except Exception:  # noqa: BLE001
+            pass
+        loop.close()
+    # The websocket also closes normally when the head shuts down: make sure the job really ended.
+    try:
+        final = client.get_job_status(job_id)
+    except Exception as exc:
+        raise ClusterError(
+            f"lost the log stream of job {job_id}: the Ray head at {address} went away ({_short(exc)})",
+            hint="check the cluster with `miles-ray status`",
+        ) from exc
+    value = str(getattr(final, "value", final))
+    if value not in TERMINAL:
+        raise ClusterError(f"the log stream of job {job_id} on {address} ended while the job is still {value}")
+
+
+def stop(address: str, job_id: str) -> bool:
+    """Ask Ray to stop the job; True if a stop was issued (False if it had already ended)."""
+    address = normalize_address(address)
+    client = _client(address)
+    return bool(_call(address, f"stopping job {job_id}", lambda: client.stop_job(job_id)))
+
+
+def list_jobs(address: str) -> list[dict]:
+    address = normalize_address(address)
+    client = _client(address)
+    jobs = _call(address, "listing jobs", client.list_jobs)
+    return sorted((_info_dict(j) for j in jobs), key=lambda j: j.get("start_time") or 0)
