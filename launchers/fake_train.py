@@ -3,7 +3,7 @@
 
 Writes what it was started with -- argv, the env vars miles-ray is expected to set, and the whole
 environment -- as JSON to the path in ``$MILES_RAY_FAKE_TRAIN_OUT`` (if set) and prints it.
-Exit code: ``$MILES_RAY_FAKE_TRAIN_EXIT`` (default 0). Standard library only.
+Sleeps ``$MILES_RAY_FAKE_TRAIN_SLEEP`` seconds, then exits ``$MILES_RAY_FAKE_TRAIN_EXIT`` (default 0). Standard library only.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def main() -> int:
         os.replace(tmp, out)
     print("FAKE_TRAIN " + json.dumps({k: record[k] for k in ("argv", "selected_env")}, sort_keys=True), flush=True)
     print(text, flush=True)
+    time.sleep(float(os.environ.get("MILES_RAY_FAKE_TRAIN_SLEEP", "0") or 0))  # to test stop/scale guards
     return int(os.environ.get("MILES_RAY_FAKE_TRAIN_EXIT", "0") or 0)
 
 

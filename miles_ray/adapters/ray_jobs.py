@@ -59,6 +59,10 @@ def _client(address: str):
         from ray.job_submission import JobSubmissionClient
     except ImportError as exc:  # pragma: no cover - ray is a dependency
         raise ClusterError("ray is not installed", hint='pip install "ray[default]"') from exc
+    import logging
+
+    # Ray's SDK logs upload chatter (INFO/WARNING) on our stderr; miles-ray reports progress itself.
+    logging.getLogger("ray").setLevel(logging.ERROR)
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # ConnectionError, requests errors, version-check failures

@@ -10,7 +10,8 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped output (CI logs, files) gets a wide page instead of Rich's 80 columns, so tables stay readable.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

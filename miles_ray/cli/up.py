@@ -31,9 +31,10 @@ def nodes_table(status: dict) -> None:
               title_justify="left")
     for n in status.get("nodes", []):
         t.add_row(str(n.get("index", "")), "head" if n.get("is_head") else "gpu worker", n.get("state", ""),
-                  str(n.get("gpus", 0)), str(n.get("cpus", 0)), n.get("node_ip", ""))
+                  f"{n.get('gpus', 0):g}", f"{n['cpus']:g}" if isinstance(n.get("cpus"), (int, float)) else "",
+                  n.get("node_ip", ""))
     out.print(t)
-    out.print(f"{status['gpu_node_count']} GPU worker(s), {status['total_gpus']} GPUs, dashboard / Jobs API "
+    out.print(f"{status['gpu_node_count']} GPU worker(s), {status['total_gpus']:g} GPUs, dashboard / Jobs API "
               f"{status['dashboard_url']}")
 
 

@@ -22,7 +22,7 @@ ENV_PREFIX = "MILES_RAY_"
 CONFIG_FILE = "miles-ray.yaml"
 # MILES_RAY_* variables that are not config keys (test and tooling knobs).
 NON_CONFIG_ENV = {"CONFIG", "CACHE", "STATE_DIR", "REQUIRE_E2E", "FAKE_TRAIN_OUT", "HOME", "SHARED"}
-NON_CONFIG_PREFIXES = ("E2E_", "TEST_", "BENCH_")
+NON_CONFIG_PREFIXES = ("E2E_", "TEST_", "BENCH_", "FAKE_")
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -1,0 +1,241 @@
+"""`miles-ray submit/status/logs/stop/runs` against the real embedded Ray cluster (4 x 8 fake GPUs).
+
+Miles itself cannot run here (no GPU, no Miles image): direct mode runs a stand-in train.py
+(launchers/fake_train.py, named as such) placed where Miles's would be, which records its argv and env."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.ray
+
+MODEL_ARGS = ["--num-layers", "36", "--hidden-size", "2560", "--num-attention-heads", "32"]
+
+
+@pytest.fixture
+def env(local_ray, monkeypatch, tmp_path):
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
+    for key in [k for k in os.environ if k.startswith("MILES_RAY_") and k != "MILES_RAY_STATE_DIR"] + ["RAY_ADDRESS"]:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return local_ray
+
+
+@pytest.fixture
+def miles_root(tmp_path) -> Path:
+    """A stand-in Miles checkout: the fake train.py and the model-args script the launchers source."""
+    root = tmp_path / "miles"
+    (root / "scripts" / "models").mkdir(parents=True)
+    shutil.copy(REPO / "launchers" / "fake_train.py", root / "train.py")
+    (root / "scripts" / "models" / "qwen3-4B.sh").write_text("MODEL_ARGS=(\n  " + "\n  ".join(MODEL_ARGS) + "\n)\n")
+    return root
+
+
+def submit(cli, address, *args):
+    return cli("submit", "--address", address, "--name", "miles-test", *args)
+
+
+def test_direct_mode_entrypoint_and_env_exact(env, cli, miles_root, tmp_path):
+    out = tmp_path / "train.json"
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\nmegatron_path: /opt/Megatron-LM\n")
+    code, stdout, err = submit(cli, env.address, "--run", "direct-1", "--nodes", "2", "--follow", "-o", "json",
+                               "--env", f"MILES_RAY_FAKE_TRAIN_OUT={out}", "--env", "EXTRA_FLAG=yes",
+                               "--miles-commit", "abc123", "--model-revision", "m-r1", "--dataset-revision", "d-r2")
+    assert code == 0, err
+    rec = json.loads(out.read_text())
+    ckpt = "/mnt/miles/runs/direct-1/checkpoints"
+    expected = MODEL_ARGS + [
+        "--hf-checkpoint", "/mnt/miles/models/Qwen3-4B", "--ref-load", "/mnt/miles/models/Qwen3-4B_torch_dist",
+        "--load", ckpt, "--save", ckpt, "--save-interval", "20",
+        "--prompt-data", "/mnt/miles/datasets/dapo-math-17k/dapo-math-17k.jsonl", "--input-key", "prompt",
+        "--label-key", "label", "--apply-chat-template", "--rollout-shuffle", "--rm-type", "deepscaler",
+        "--num-rollout", "3000", "--rollout-batch-size", "32", "--n-samples-per-prompt", "8",
+        "--rollout-max-response-len", "8192", "--rollout-temperature", "1", "--global-batch-size", "256",
+        "--balance-data", "--optimizer", "adam", "--lr", "1e-6", "--lr-decay-style", "constant",
+        "--weight-decay", "0.1", "--adam-beta1", "0.9", "--adam-beta2", "0.98",
+        "--advantage-estimator", "grpo", "--use-kl-loss", "--kl-loss-coef", "0.00", "--kl-loss-type", "low_var_kl",
+        "--entropy-coef", "0.00", "--eps-clip", "0.2", "--eps-clip-high", "0.28",
+        "--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "1",
+        "--context-parallel-size", "1", "--expert-model-parallel-size", "1", "--expert-tensor-parallel-size", "1",
+        "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
+        "--use-dynamic-batch-size", "--max-tokens-per-gpu", "9216",
+        "--eval-interval", "20", "--eval-prompt-data", "aime", "/mnt/miles/datasets/aime-2024/aime-2024.jsonl",
+        "--n-samples-per-eval-prompt", "16", "--eval-max-response-len", "16384", "--eval-top-p", "1",
+        "--sglang-mem-fraction-static", "0.7",
+        "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--accumulate-allreduce-grads-in-fp32",
+        "--attention-softmax-in-fp32", "--attention-backend", "flash",
+        "--colocate", "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "8", "--num-gpus-per-node", "8",
+        "--rollout-num-gpus-per-engine", "2",
+    ]
+    assert rec["argv"] == expected
+    assert rec["script"] == str(miles_root / "train.py")
+    e = rec["env"]
+    assert (e["MILES_SCRIPT_EXTERNAL_RAY"], e["PROMETHEUS_PORT"], e["NCCL_NVLS_ENABLE"], e["PYTHONUNBUFFERED"],
+            e["CUDA_DEVICE_MAX_CONNECTIONS"], e["EXTRA_FLAG"]) == ("1", "9090", "0", "1", "1", "yes")
+    assert e["PYTHONPATH"].split(":")[:2] == [str(miles_root), "/opt/Megatron-LM"]
+    # the run record carries the provenance
+    code, stdout, _ = cli("runs", "-o", "json")
+    [r] = [r for r in json.loads(stdout) if r["run"] == "direct-1"]
+    assert (r["status"], r["miles_commit"], r["model_revision"], r["dataset_revision"]) == ("SUCCEEDED", "abc123", "m-r1", "d-r2")
+    assert r["output_dir"] == "/mnt/miles/runs/direct-1" and r["recipe_hash"].startswith("sha256:")
+    assert r["split"]["miles_args"][-2:] == ["--rollout-num-gpus-per-engine", "2"]
+    code, _, _ = cli("status", "direct-1")
+    assert code == 0  # SUCCEEDED
+
+
+def test_disaggregated_direct_flags(env, cli, miles_root, tmp_path):
+    out = tmp_path / "train.json"
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
+    code, _, err = submit(cli, env.address, "--run", "disagg-1", "--nodes", "3", "--layout", "disaggregated",
+                          "--rollout-nodes", "1", "--follow", "-o", "json", "--env", f"MILES_RAY_FAKE_TRAIN_OUT={out}")
+    assert code == 0, err
+    argv = json.loads(out.read_text())["argv"]
+    assert "--colocate" not in argv
+    assert argv[-10:] == ["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "8", "--num-gpus-per-node", "8",
+                          "--rollout-num-gpus-per-engine", "2", "--rollout-num-gpus", "8"]
+
+
+def test_resubmitting_a_run_returns_the_existing_job(env, cli):
+    code, out1, err = submit(cli, env.address, "--rehearse", "--run", "dup-1", "--nodes", "1", "--no-follow", "-o", "json")
+    assert code == 0, err
+    code, out2, err = submit(cli, env.address, "--rehearse", "--run", "dup-1", "--nodes", "1", "--no-follow", "-o", "json")
+    assert code == 0, err
+    first, second = json.loads(out1), json.loads(out2)
+    assert first["created"] is True and second["created"] is False
+    assert first["submission_id"] == second["submission_id"] == "miles-ray-miles-test-dup-1"
+    from miles_ray.adapters.ray_jobs import list_jobs
+
+    assert sum(1 for j in list_jobs(env.address) if j["job_id"] == "miles-ray-miles-test-dup-1") == 1
+    code, _, _ = cli("logs", "dup-1", "--follow")
+    assert code == 0
+
+
+def test_over_ask_fails_fast_with_the_numbers(env, cli):
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "too-big", "--nodes", "8")
+    assert code == 1
+    assert "4 GPU node(s) alive, the plan needs 8 (missing 4)" in err
+    code, out, _ = cli("runs", "-o", "json")
+    assert json.loads(out) == []  # nothing recorded, nothing submitted
+
+
+def test_wrong_gpus_per_node_is_caught(env, cli):
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "g4", "--nodes", "2", "--gpus-per-node", "4")
+    assert code == 1 and "the plan needs exactly 4 per node" in err
+
+
+def test_wait_for_nodes_times_out_with_progress(env, cli):
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "wait-8", "--nodes", "8", "--wait-for-nodes",
+                          "--timeout", "3")
+    assert code == 1 and "only 4 of 8 nodes" in err and "waiting for 8 nodes" in err
+
+
+def test_resume_from_requires_the_same_recipe_and_split(env, cli):
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "base-a", "--nodes", "2", "--follow")
+    assert code == 0, err
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "base-b", "--nodes", "4", "--resume-from", "base-a")
+    assert code == 2 and "different setup" in err and "nodes 2 != 4" in err
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "base-c", "--recipe", "Qwen3.5-4B", "--nodes", "2",
+                          "--resume-from", "/mnt/miles/runs/base-a")
+    assert code == 2 and "recipe hash" in err
+    code, out, err = submit(cli, env.address, "--rehearse", "--run", "base-d", "--nodes", "2", "--resume-from", "base-a",
+                            "--no-follow", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["output_dir"] == "/mnt/miles/runs/base-a"
+    code, out, _ = cli("runs", "-o", "json", "--no-live")
+    runs = {r["run"]: r for r in json.loads(out)}
+    assert runs["base-d"]["resumed_from"] == "base-a"
+    assert set(runs) == {"base-a", "base-d"}  # refused submits recorded nothing
+    cli("stop", "base-d")
+
+
+def test_two_runs_never_share_an_output_dir(env, cli):
+    from miles_ray.adapters import state
+    from miles_ray.core.errors import ConfigError
+
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "own-dir", "--nodes", "1", "--no-follow")
+    assert code == 0, err
+    rec = state.load_record("own-dir")
+    other = dict(rec, run="other-run")
+    with pytest.raises(ConfigError, match="already belongs to run 'own-dir'"):
+        state.create_record(other)
+    cli("stop", "own-dir")
+
+
+def test_stop_and_status_exit_codes(env, cli, miles_root, tmp_path):
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
+    code, _, err = submit(cli, env.address, "--run", "sleepy", "--nodes", "1", "--env", "MILES_RAY_FAKE_TRAIN_SLEEP=300")
+    assert code == 0, err
+    code, out, _ = cli("status", "sleepy", "-o", "json")
+    assert code == 3 and json.loads(out)["status"] in {"PENDING", "RUNNING"}
+    code, out, _ = cli("stop", "sleepy", "-o", "json")
+    assert code == 0 and json.loads(out)["stopped"] is True
+    from miles_ray.adapters.ray_jobs import wait
+
+    wait(env.address, "miles-ray-miles-test-sleepy", timeout=60)
+    code, _, _ = cli("status", "sleepy")
+    assert code == 4
+
+
+def test_no_reachable_head(env, cli):
+    code, _, err = submit(cli, "http://127.0.0.1:9", "--rehearse", "--run", "nohead")
+    assert code == 1 and "cannot reach the Ray Jobs API at http://127.0.0.1:9" in err
+
+
+def test_secret_looking_env_refused(env, cli):
+    code, _, err = submit(cli, env.address, "--rehearse", "--env", "HF_TOKEN=hf_abcdef", "--run", "sec")
+    assert code == 2 and "looks like a credential" in err and "hf_abcdef" not in err
+
+
+def test_launcher_mode_runs_the_upstream_launcher_against_the_head(env, miles_root, tmp_path):
+    """The launcher replaces the miles-ray process (it pkill -9s processes named 'miles')."""
+    launcher = miles_root / "scripts" / "run_qwen3_dense.py"
+    launcher.write_text(
+        "import json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ), 'cwd': os.getcwd()}}, open({str(tmp_path / 'l.json')!r}, 'w'))\n")
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MILES_RAY_") and k != "RAY_ADDRESS"}
+    environ["MILES_RAY_STATE_DIR"] = str(tmp_path / "state")
+    res = subprocess.run([sys.executable, "-m", "miles_ray", "submit", "--mode", "launcher", "--nodes", "2",
+                          "--address", env.address, "--name", "miles-test", "--run", "via-launcher"],
+                         capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=120)
+    assert res.returncode == 0, res.stderr
+    rec = json.loads((tmp_path / "l.json").read_text())
+    assert rec["argv"] == ["--model-name", "Qwen3-4B", "--num-nodes", "2", "--num-gpus-per-node", "8",
+                           "--model-dir", "/mnt/miles/models", "--data-dir", "/mnt/miles/datasets",
+                           "--output-dir", "/mnt/miles/runs/via-launcher", "--megatron-path", "/root/Megatron-LM",
+                           "--run-id", "via-launcher"]
+    assert rec["cwd"] == str(miles_root)
+    assert rec["env"]["MILES_SCRIPT_EXTERNAL_RAY"] == "1" and rec["env"]["RAY_ADDRESS"] == env.address
+    assert (tmp_path / "state" / "runs" / "via-launcher.json").is_file()
+
+
+def test_launcher_mode_refuses_disaggregated(env, cli):
+    code, _, err = submit(cli, env.address, "--mode", "launcher", "--nodes", "4", "--layout", "disaggregated",
+                          "--rollout-nodes", "2", "--run", "l-dis")
+    assert code == 2 and "always colocated" in err
+
+
+def test_scale_refuses_to_shrink_under_a_running_job(env, cli, miles_root, tmp_path):
+    """The local backend's scale guard: a running job that needs 4 GPU nodes blocks 'scale --nodes 2'."""
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    (state / "local").symlink_to(env.state_dir)  # the session cluster, seen through this test's state dir
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
+    code, _, err = cli("submit", "--name", env.name, "--run", "needs-four", "--nodes", "4",
+                       "--env", "MILES_RAY_FAKE_TRAIN_SLEEP=300")
+    assert code == 0, err
+    try:
+        code, _, err = cli("scale", "--nodes", "2", "--name", env.name)
+        assert code == 2 and "needs-four" in err and "needs 4 GPU nodes" in err and "--force" in err
+        assert env.status()["gpu_node_count"] == 4
+    finally:
+        cli("stop", "needs-four")
