@@ -7,7 +7,8 @@ import sys
 
 import typer
 
-from miles_ray.cli import down, init, logs, plan, recipes, render, runs, scale, status, stop, submit, up
+from miles_ray.cli import (check_data, comm_check, compare, doctor, down, init, logs, plan, recipes, register, render,
+                           runs, scale, status, stop, submit, up)
 
 app = typer.Typer(
     name="miles-ray",
@@ -32,7 +33,12 @@ app.command("status")(status.status_cmd)
 app.command("scale")(scale.scale_cmd)
 app.command("logs")(logs.logs_cmd)
 app.command("stop")(stop.stop_cmd)
-app.command("runs")(runs.runs_cmd)
+app.add_typer(runs.runs_app, name="runs")
+runs.runs_app.command("compare")(compare.compare_cmd)
+app.command("check-data")(check_data.check_data_cmd)
+app.command("doctor")(doctor.doctor_cmd)
+app.command("comm-check")(comm_check.comm_check_cmd)
+app.command("register")(register.register_cmd)
 app.command("down")(down.down_cmd)
 app.command("render")(render.render_cmd)
 app.command("recipes")(recipes.recipes_cmd)

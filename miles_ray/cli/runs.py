@@ -10,11 +10,20 @@ from rich.table import Table
 from miles_ray.cli.common import Output, OutputOpt, emit, out
 
 
+runs_app = typer.Typer(help="Run records: list them (the default), compare two.", invoke_without_command=True,
+                       no_args_is_help=False)
+
+
+@runs_app.callback()
 def runs_cmd(
+    ctx: typer.Context,
     live: Annotated[bool, typer.Option("--live/--no-live", help="ask each run's head for its job state")] = True,
     output: OutputOpt = Output.table,
 ) -> None:
-    """List run records (recipe, split, image digest, output dir) and, with --live, each job's state."""
+    """List run records (recipe, split, image digest, output dir) and, with --live, each job's state.
+    'miles-ray runs compare A B' compares two runs."""
+    if ctx.invoked_subcommand is not None:
+        return
     from miles_ray.adapters.state import list_records
     from miles_ray.services.jobs import live_status
 

@@ -1,0 +1,10 @@
+"""miles-ray register: placeholder until its issue lands (owned by the engineer building it)."""
+
+from __future__ import annotations
+
+from miles_ray.core.errors import ConfigError
+
+
+def register_cmd() -> None:
+    """Not available yet."""
+    raise ConfigError("'register' is not available in this build yet")
