@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from contextlib import contextmanager
 import re
 import sys
 from pathlib import Path
@@ -17,12 +18,13 @@ from miles_ray.core.errors import ClusterError, ConfigError, PlanError
 from miles_ray.core.planner import Plan, summary_line
 from miles_ray.core.recipes import Recipe, get_recipe
 from miles_ray.core.runs import SCHEMA, RunRecord, resume_differences
+from miles_ray.core.secrets import HINT as SECRET_HINT
+from miles_ray.core.secrets import SECRET_NAME, secret_value  # noqa: F401 - SECRET_NAME kept importable here
 
 Progress = Callable[[str], None] | None
 
 # Job states -> exit codes of 'status RUN' / 'logs --follow' / 'submit --follow'
 EXIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "PENDING": 3, "RUNNING": 3, "STOPPED": 4}
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 
 
 def launchers_dir() -> Path:
@@ -32,8 +34,8 @@ def launchers_dir() -> Path:
 
 
 def parse_env(items: list[str]) -> dict[str, str]:
-    """--env KEY=VALUE pairs. A value for a secret-looking name is refused: it would land in plain text
-    in the job's runtime env, metadata and run record."""
+    """--env KEY=VALUE pairs. A secret-looking name or value is refused: it would land in plain text
+    in the job's runtime env, metadata and run record. The refusal never repeats the value."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -43,12 +45,40 @@ def parse_env(items: list[str]) -> dict[str, str]:
             raise ConfigError(
                 f"--env {key}=... looks like a credential; miles-ray does not put secrets in plain text into job "
                 "specs or run records", hint="supply it through a Kubernetes Secret or a scoped Polyaxon connection")
+        what = secret_value(value)
+        if what:
+            raise ConfigError(f"--env {key}=... looks like {what}; miles-ray does not put secrets in plain text into "
+                              "job specs or run records", hint=SECRET_HINT)
         out[key] = value
     return out
 
 
+@contextmanager
+def reach(address: str, kube_context: str | None = None, kubeconfig: str | None = None) -> Iterator[str]:
+    """An http URL for a stored address. ``k8s://NAMESPACE/RAYCLUSTER`` (a head outside this machine's
+    network) opens a port-forward to the head pod's 8265 through the Kubernetes API for the duration."""
+    if not address.startswith("k8s://"):
+        yield address
+        return
+    from miles_ray.adapters import kube
+
+    namespace, _, name = address[len("k8s://"):].partition("/")
+    api = kube.load_client(kubeconfig, kube_context)
+    with kube.port_forward(api, namespace, kube.head_pod(api, namespace, name)) as url:
+        yield url
+
+
+def in_cluster_url(address: str) -> str:
+    """What processes inside the cluster use to reach the head (the job's and the launcher's RAY_ADDRESS)."""
+    if address.startswith("k8s://"):
+        namespace, _, name = address[len("k8s://"):].partition("/")
+        return f"http://{name}-head-svc.{namespace}.svc:8265"
+    return address
+
+
 def resolve_address(cfg: MilesRayConfig, address: str | None, backend: str = "auto") -> tuple[str, str]:
-    """(backend, dashboard URL): --address, then $RAY_ADDRESS, then the config, then the cluster made by up."""
+    """(backend, address): --address, then $RAY_ADDRESS, then the config, then the cluster made by up
+    (which may be ``k8s://NS/NAME``: see :func:`reach`)."""
     from miles_ray.services.clusters import dashboard_address
 
     for candidate, source in ((address, "--address"), (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"),
@@ -93,7 +123,7 @@ def check_topology(topology: dict, plan: Plan) -> list[str]:
                         "Miles needs one CPU with every GPU bundle")
     spare = sum(n["cpus"] for n in topology["nodes"]) - plan.trainer_gpus - (
         0 if plan.colocate else plan.rollout_num_gpus)
-    if spare < plan.ray.spare_cpus:
+    if not problems and spare < plan.ray.spare_cpus:  # a missing node explains a CPU shortfall already
         problems.append("no spare CPU for the RolloutManager (one CPU outside the GPU bundles)")
     return problems
 
@@ -118,7 +148,6 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
            dataset_revision: str | None, num_rollout: int | None, progress: Progress = None,
            python: str | None = None) -> dict[str, Any]:
     """Validate everything, check the live cluster, write the run record, submit. Returns a summary."""
-    from miles_ray.adapters import ray_jobs
     from miles_ray.core.images import check_image
     from miles_ray.core.planner import plan_split
 
@@ -140,7 +169,35 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         raise ConfigError(f"run name {run!r} is not valid",
                           hint="use lower-case letters, digits and '-', at most 40 characters")
 
-    chosen_backend, url = resolve_address(cfg, address, backend)
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and re.search(r"(key|token|secret|password|passwd|credentials?)$", flag, re.I):
+            raise ConfigError(f"--extra-args passes {flag}: a credential on the job's command line would be stored "
+                              "in the run record and the job's entrypoint", hint=SECRET_HINT)
+        what = secret_value(arg)
+        if what:
+            raise ConfigError(f"--extra-args contains what looks like {what}; it would be stored in the run record "
+                              "and the job's entrypoint", hint=SECRET_HINT)
+    chosen_backend, stored = resolve_address(cfg, address, backend)
+    if mode == "launcher" and stored.startswith("k8s://"):
+        raise ConfigError("--mode launcher needs the head's address from where the launcher runs; this head is only "
+                          "reachable inside the cluster",
+                          hint="run miles-ray inside the cluster (e.g. a Polyaxon job in the Miles image), or use "
+                               "--mode direct, which submits train.py through a port-forward")
+    with reach(stored, cfg.kube_context, cfg.kubeconfig) as url:
+        return _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url, run=run, mode=mode,
+                                 rehearse=rehearse, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env,
+                                 extra_args=extra_args, resume_from=resume_from, force=force,
+                                 miles_commit=miles_commit, model_revision=model_revision,
+                                 dataset_revision=dataset_revision, num_rollout=num_rollout, progress=progress,
+                                 python=python)
+
+
+def _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url, *, run, mode, rehearse,
+                      wait_for_nodes, timeout, env, extra_args, resume_from, force, miles_commit, model_revision,
+                      dataset_revision, num_rollout, progress, python) -> dict[str, Any]:
+    from miles_ray.adapters import ray_jobs
+
     created = _now()
     run = run or default_run_name(recipe, plan, created)
     sid = submission_id(cfg.name, run)
@@ -148,12 +205,12 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
     # An existing record for this run: the same job (idempotent) or a reconcile of an interrupted submit.
     existing = state.read_json(state.record_path(run))
     if existing is not None:
-        if existing.get("address") != url:
+        if existing.get("address") != stored:
             raise ConfigError(f"run {run!r} already exists on another cluster ({existing.get('address')})",
                               hint="pick another --run name")
         job = job_or_none(url, existing["submission_id"])
         if job is not None:
-            return {"run": run, "submission_id": existing["submission_id"], "created": False, "address": url,
+            return {"run": run, "submission_id": existing["submission_id"], "created": False, "address": stored,
                     "status": job["status"], "record": str(state.record_path(run)),
                     "output_dir": existing["output_dir"]}
         if existing.get("recipe_hash") != recipe.content_hash() or resume_differences(
@@ -186,7 +243,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         raise ClusterError(f"the cluster runs Ray {live_version} but the config says {cfg.ray_version}",
                            hint="head, workers and submitter must run one Ray version: fix --ray-version or the image")
 
-    runtime_env: dict[str, Any] = {"env_vars": job_env(cfg, url, env)}
+    runtime_env: dict[str, Any] = {"env_vars": job_env(cfg, in_cluster_url(stored), env)}
     entrypoint_resources: dict[str, Any] = {}
     if rehearse:
         py = python or "python3"
@@ -198,7 +255,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
     else:
         entrypoint = " ".join(launcher_argv(cfg, recipe, plan, output_dir, run, extra_args))
     record = RunRecord(
-        schema=SCHEMA, run=run, cluster=cfg.name, backend=chosen_backend, address=url, submission_id=sid,
+        schema=SCHEMA, run=run, cluster=cfg.name, backend=chosen_backend, address=stored, submission_id=sid,
         mode="rehearse" if rehearse else mode, created=created, image=str(image_ref) if image_ref else None,
         image_digest=image_ref.digest if image_ref else None, ray_version=ray_version, miles_commit=miles_commit,
         model_revision=model_revision, dataset_revision=dataset_revision, recipe=recipe.name,
@@ -209,9 +266,18 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         output_dir=output_dir, resumed_from=resumed_from, entrypoint=entrypoint, kube_context=cfg.kube_context,
     ).model_dump(by_alias=True)
     if mode == "launcher" and not rehearse:
-        return {"run": run, "record": record, "address": url, "launcher": True}
+        return {"run": run, "record": record, "address": in_cluster_url(stored), "launcher": True}
+    owns_record = False
     if existing is None:
-        state.create_record(record) if not resumed_from else state.save_record(record)
+        try:
+            state.create_record(record) if not resumed_from else state.save_record(record)
+            owns_record = True
+        except ConfigError:
+            # A concurrent submit of this same run wrote the record first: same job id, so Ray keeps one job.
+            other = state.read_json(state.record_path(run))
+            if not other or (other.get("address"), other.get("submission_id"), other.get("recipe_hash")) != (
+                    record["address"], record["submission_id"], record["recipe_hash"]):
+                raise
     metadata = {"miles_ray_run": run, "recipe": recipe.name, "recipe_hash": recipe.content_hash(),
                 "cluster": cfg.name, "mode": record["mode"], "layout": plan.layout,
                 "image_digest": record["image_digest"] or "", "output_dir": output_dir}
@@ -219,17 +285,18 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         job_id, created_now = ray_jobs.submit(url, entrypoint, runtime_env, sid, metadata,
                                               entrypoint_num_cpus=None)
     except BaseException:
-        if existing is None:
+        if owns_record:
             state.record_path(run).unlink(missing_ok=True)
         raise
-    return {"run": run, "submission_id": job_id, "created": created_now, "address": url,
+    return {"run": run, "submission_id": job_id, "created": created_now, "address": stored,
             "record": str(state.record_path(run)), "output_dir": output_dir, "entrypoint": entrypoint,
             "status": ray_jobs.status(url, job_id)["status"]}
 
 
 def live_status(record: dict[str, Any]) -> str:
     try:
-        job = job_or_none(record["address"], record["submission_id"])
+        with reach(record["address"], record.get("kube_context")) as url:
+            job = job_or_none(url, record["submission_id"])
     except ClusterError:
         return "UNREACHABLE"
     return job["status"] if job else "UNKNOWN"
@@ -239,7 +306,8 @@ def run_status(run: str) -> dict[str, Any]:
     from miles_ray.adapters import ray_jobs
 
     rec = state.load_record(run)
-    info = ray_jobs.status(rec["address"], rec["submission_id"])
+    with reach(rec["address"], rec.get("kube_context")) as url:
+        info = ray_jobs.status(url, rec["submission_id"])
     info.pop("runtime_env", None)
     return {"run": run, "submission_id": rec["submission_id"], "address": rec["address"], **info,
             "output_dir": rec["output_dir"], "recipe": rec["recipe"], "mode": rec["mode"]}
@@ -249,17 +317,19 @@ def run_logs(run: str, follow: bool) -> Iterator[str]:
     from miles_ray.adapters import ray_jobs
 
     rec = state.load_record(run)
-    if follow:
-        yield from ray_jobs.follow_logs(rec["address"], rec["submission_id"])
-    else:
-        yield ray_jobs.logs(rec["address"], rec["submission_id"])
+    with reach(rec["address"], rec.get("kube_context")) as url:
+        if follow:
+            yield from ray_jobs.follow_logs(url, rec["submission_id"])
+        else:
+            yield ray_jobs.logs(url, rec["submission_id"])
 
 
 def run_stop(run: str) -> dict[str, Any]:
     from miles_ray.adapters import ray_jobs
 
     rec = state.load_record(run)
-    stopped = ray_jobs.stop(rec["address"], rec["submission_id"])
+    with reach(rec["address"], rec.get("kube_context")) as url:
+        stopped = ray_jobs.stop(url, rec["submission_id"])
     return {"run": run, "submission_id": rec["submission_id"], "stopped": stopped}
 
 

@@ -400,13 +400,11 @@ def down(cfg: MilesRayConfig, wait: bool = True, timeout: float = 120) -> dict[s
 
 
 def dashboard_address(cfg: MilesRayConfig) -> str:
-    """The head's Jobs API URL: service DNS inside the cluster; outside, the caller needs a port-forward."""
+    """The head's Jobs API: service DNS from inside the cluster; from outside ``k8s://NS/NAME``, which
+    submit/logs/status turn into a port-forward to the head pod through the Kubernetes API."""
     import os
 
     rec = cluster_record(cfg)
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return f"http://{rec['raycluster']}-head-svc.{cfg.namespace}.svc:8265"
-    raise ClusterError(
-        f"the head of {rec['raycluster']} is only reachable inside the cluster",
-        hint=f"run 'kubectl port-forward svc/{rec['raycluster']}-head-svc 8265:8265 -n {cfg.namespace}' and pass "
-             "--address http://127.0.0.1:8265, or run submit inside the cluster")
+    return f"k8s://{cfg.namespace}/{rec['raycluster']}"
