@@ -298,18 +298,22 @@ def _locate_k8s_error(run: dict, prefix: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _agent_config(config: Any) -> Iterator[None]:
-    """Set ``polyaxon.settings.AGENT_CONFIG`` for the duration of the block only (process-global,
-    hence the lock); the previous value is always restored."""
+def _agent_config(config: Any, host: str) -> Iterator[None]:
+    """Set ``polyaxon.settings.AGENT_CONFIG`` and the client host the converter writes into pods
+    (``POLYAXON_HOST``) for the duration of the block only (process-global, hence the lock); the previous
+    values are always restored, so a client used elsewhere in the process cannot leak into the output."""
     from polyaxon import settings
 
     with _AGENT_LOCK:
         previous = settings.AGENT_CONFIG
+        previous_host = settings.CLIENT_CONFIG.host
         settings.AGENT_CONFIG = config
+        settings.CLIENT_CONFIG.host = host
         try:
             yield
         finally:
             settings.AGENT_CONFIG = previous
+            settings.CLIENT_CONFIG.host = previous_host
 
 
 def connection_names(op: dict) -> list[str]:
@@ -382,6 +386,7 @@ def to_custom_resource(
     connections: list[dict] | None = None,
     artifacts_store: dict | None = None,
     fix_volume_names: bool = True,
+    polyaxon_host: str = "http://localhost:8000",
 ) -> dict:
     """The ``polyaxon.com/v1`` ``Cluster`` custom resource the Polyaxon agent would create for ``op``.
 
@@ -424,7 +429,7 @@ def to_custom_resource(
             hint="register the connection in the agent (POLYAXON_AGENT_CONNECTIONS) or fix its name",
         )
 
-    with _agent_config(agent):
+    with _agent_config(agent, polyaxon_host):
         try:
             res, compiled = resolver.resolve(
                 compiled_operation=compiled,

@@ -55,7 +55,8 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
                             "schema": {"volumeClaim": cfg.claim, "mountPath": cfg.mount_path}}]
             docs["polyaxon-cr"] = to_custom_resource(op, namespace=cfg.namespace, run_uuid="0" * 32,
                                                      run_name=cfg.name, project=cfg.polyaxon_project,
-                                                     owner=cfg.polyaxon_owner, connections=connections)
+                                                     owner=cfg.polyaxon_owner, connections=connections,
+                                                     polyaxon_host=cfg.polyaxon_host or "http://localhost:8000")
     if "kuberay" in formats:
         from miles_ray.adapters.crd_schema import validate_raycluster
 
@@ -65,8 +66,23 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
     return docs, warnings, plan
 
 
+def build_single_node_document(cfg) -> tuple[dict[str, Any], list[str]]:
+    """The seed's single-node Polyaxon job (the upstream launcher in one pod), validated by Polyaxon."""
+    from miles_ray.adapters.polyaxon_spec import validate_operation
+    from miles_ray.core.images import check_image
+    from miles_ray.core.recipes import get_recipe
+    from miles_ray.core.single_node import build_single_node
+
+    if not cfg.image:
+        raise ConfigError("no image given", hint="pass --image repo[:tag]@sha256:<64 hex> or set 'image' in miles-ray.yaml")
+    image, warnings = check_image(cfg.image, cfg.allow_unpinned)
+    op, more = build_single_node(cfg, get_recipe(cfg.recipe, cfg.recipe_file), str(image))
+    validate_operation(op)
+    return op, warnings + more
+
+
 FILE_NAMES = {"polyaxon": "{name}.polyaxon.yaml", "polyaxon-cr": "{name}.polyaxon-cr.yaml",
-              "kuberay": "{name}.raycluster.yaml"}
+              "kuberay": "{name}.raycluster.yaml", "single-node": "{name}.single-node.polyaxon.yaml"}
 
 
 def write_documents(docs: dict[str, dict[str, Any]], name: str, out_dir: Path) -> list[Path]:
@@ -114,6 +130,7 @@ def render_cmd(
     allow_unpinned: AllowUnpinnedOpt = None,
     recipe_file: RecipeFileOpt = None,
     config: ConfigOpt = None,
+    single_node: Annotated[bool, typer.Option("--single-node", help="the seed's first step: one Polyaxon job running the upstream Miles launcher in one pod (no KubeRay, no --ray-version)")] = False,
 ) -> None:
     """Render what 'up' would create, validated, without touching a cluster.
 
@@ -134,8 +151,15 @@ def render_cmd(
                                    gpus_per_node=gpus_per_node, layout=layout, rollout_nodes=rollout_nodes,
                                    rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
                                    allow_unpinned=allow_unpinned, recipe_file=recipe_file), config)
-    formats = {"polyaxon", "polyaxon-cr", "kuberay"} if format is Format.all else {format.value}
-    docs, warnings, _ = build_documents(cfg, formats)
+    if single_node:
+        if format is not Format.polyaxon:
+            raise ConfigError(f"--single-node renders a Polyaxon job only, not -f {format.value}",
+                              hint="drop -f (or use -f polyaxon) with --single-node")
+        op, warnings = build_single_node_document(cfg)
+        docs = {"single-node": op}
+    else:
+        formats = {"polyaxon", "polyaxon-cr", "kuberay"} if format is Format.all else {format.value}
+        docs, warnings, _ = build_documents(cfg, formats)
     for w in warnings:
         warn(w)
     if out is None:
