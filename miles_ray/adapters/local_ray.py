@@ -35,7 +35,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -43,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from miles_ray.adapters import state as state_store
 from miles_ray.core.errors import ClusterError, ConfigError
 
 Progress = Callable[[str], None] | None
@@ -88,55 +88,19 @@ def state_path(state_dir: Path, name: str) -> Path:
     return Path(state_dir) / f"{name}.json"
 
 
-def _lock(state_dir: Path, name: str):
-    from filelock import FileLock
-
-    Path(state_dir).mkdir(parents=True, exist_ok=True)
-    return FileLock(str(Path(state_dir) / f"{name}.lock"), timeout=LOCK_TIMEOUT_SECONDS)
-
-
 @contextlib.contextmanager
 def _locked(state_dir: Path, name: str):
-    from filelock import Timeout
-
-    lock = _lock(state_dir, name)
-    try:
-        lock.acquire()
-    except Timeout as exc:
-        raise ClusterError(
-            f"another miles-ray command holds the lock of local cluster {name!r}",
-            hint=f"wait for it, or remove {lock.lock_file} if no miles-ray process is running",
-        ) from exc
-    try:
+    """Serialise commands on one local cluster (the state file's lock, shared with miles_ray.adapters.state)."""
+    with state_store.locked(state_path(state_dir, name), timeout=LOCK_TIMEOUT_SECONDS):
         yield
-    finally:
-        lock.release()
 
 
 def _read_state(state_dir: Path, name: str) -> dict | None:
-    path = state_path(state_dir, name)
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ClusterError(f"cannot read local cluster state {path}: {exc}", hint="remove the file") from exc
+    return state_store.read_json(state_path(state_dir, name))
 
 
-def _write_state(state_dir: Path, name: str, state: dict) -> None:
-    path = state_path(state_dir, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(state, fh, indent=2, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def _write_state(state_dir: Path, name: str, data: dict) -> None:
+    state_store.atomic_write_json(state_path(state_dir, name), data)
 
 
 def _remove_state(state_dir: Path, name: str) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
+from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
                                   RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, TimeoutOpt,
                                   config_flags, emit, err, out, progress_display)
@@ -90,6 +90,7 @@ def up_cmd(
     timeout: TimeoutOpt = 600.0,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
+    single_node: Annotated[bool, typer.Option("--single-node", help="the seed's first step: create ONE Polyaxon job running the upstream Miles launcher in one pod (see 'render --single-node'); --wait waits until it runs")] = False,
 ) -> None:
     """Create a Ray cluster and wait until every GPU worker has joined Ray.
 
@@ -102,6 +103,8 @@ def up_cmd(
       miles-ray up --backend local --nodes 4
 
       miles-ray up --nodes 4 --image radixark/miles:latest@sha256:<64 hex> --ray-version 2.60.0
+
+      miles-ray up --single-node --image radixark/miles:latest@sha256:<64 hex>
     """
     from miles_ray.core.config import load_config
     from miles_ray.services import clusters
@@ -110,6 +113,19 @@ def up_cmd(
                                    rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
                                    ray_version=ray_version, allow_unpinned=allow_unpinned, namespace=namespace,
                                    kube_context=context, kubeconfig=kubeconfig, recipe_file=recipe_file), config)
+    if single_node:
+        if backend is Backend.local or via is Via.kuberay:
+            raise ConfigError("--single-node creates a Polyaxon job (the launcher starts Ray inside its pod)",
+                              hint="drop --backend local / --via kuberay with --single-node")
+        with progress_display(f"creating single-node job {cfg.name}", quiet=output is not Output.table) as p:
+            result = _up_single_node(cfg, dry_run.value if dry_run else None, wait, timeout, p)
+        for w in result.get("warnings", []):
+            err.print(f"[yellow]warning:[/] {w}")
+        emit(result, output, lambda: out.print(
+            f"single-node job {cfg.name} " + ("validated (dry run, nothing created)" if result.get("dry_run") else
+                                               f"created: Polyaxon run {result['polyaxon_uuid']} [{result['status']}]")
+            + f" in {cfg.polyaxon_owner}/{cfg.polyaxon_project}"))
+        return
     kube = {}
     if backend is Backend.local:
         if dry_run:
@@ -126,3 +142,42 @@ def up_cmd(
         emit(status, output, lambda: nodes_table(status))
     else:
         emit(status, output, lambda: kube_summary(status))
+
+
+def _up_single_node(cfg, dry_run, wait: bool, timeout: float, progress) -> dict:
+    """Create the seed's single-node job through the Polyaxon API (idempotent by name and content).
+
+    Layering note: this orchestration belongs in a service (services/kube.py is owned elsewhere); it only
+    calls the Polyaxon adapters and the pure builder."""
+    from miles_ray.adapters import polyaxon_api
+    from miles_ray.cli.render import build_single_node_document
+    from miles_ray.core.errors import ClusterError
+
+    op, warnings = build_single_node_document(cfg)
+    client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
+    result: dict = {"name": cfg.name, "kind": "single-node", "project": f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}",
+                    "warnings": warnings}
+    progress(f"checking Polyaxon project {cfg.polyaxon_owner}/{cfg.polyaxon_project} at {client.host}")
+    client.check_project(cfg.polyaxon_owner, cfg.polyaxon_project)
+    known = polyaxon_api.list_agent_connections(cfg.polyaxon_host, cfg.polyaxon_owner)
+    if known is not None and cfg.connection not in known:
+        raise ClusterError(f"the Polyaxon agent does not know connection(s) {cfg.connection} "
+                           f"(known: {', '.join(sorted(known)) or 'none'})",
+                           hint="register the connection in the agent config, or set 'connection'")
+    if dry_run:
+        result.update({"dry_run": dry_run, "created": False, "operation": op})
+        return result
+    meta = {"miles_ray": {"recipe": cfg.recipe, "kind": "single-node", "gpus_per_node": cfg.gpus_per_node,
+                          "image": cfg.image}}
+    uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
+                                   tags=op.get("tags"), meta=meta, known_connections=known)
+    progress(f"created Polyaxon run {uuid}")
+    result.update({"created": True, "polyaxon_uuid": uuid,
+                   "output_dir": f"{cfg.mount_path}/{cfg.runs_dir}/{uuid}"})
+    if wait:
+        progress(f"waiting up to {timeout:.0f}s for run {uuid} to start (Polyaxon's agent schedules the pod)")
+        run = client.wait_for_status(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, {"running", "succeeded"}, timeout)
+    else:
+        run = client.get_run(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, with_conditions=False)
+    result["status"] = run.get("status")
+    return result

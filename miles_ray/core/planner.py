@@ -153,7 +153,6 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
           rollout_nodes: int | None, rollout_gpus: int | None) -> Plan:
     errors: list[Violation] = []
     warnings: list[str] = []
-    e = recipe.rollout_gpus_per_engine
     if nodes < 1 or g < 1:
         errors.append(Violation(rule="positive-sizes",
                                 message=f"nodes ({nodes}) and GPUs per node ({g}) must be >= 1"))

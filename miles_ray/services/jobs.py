@@ -244,7 +244,6 @@ def _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url,
                            hint="head, workers and submitter must run one Ray version: fix --ray-version or the image")
 
     runtime_env: dict[str, Any] = {"env_vars": job_env(cfg, in_cluster_url(stored), env)}
-    entrypoint_resources: dict[str, Any] = {}
     if rehearse:
         py = python or "python3"
         entrypoint = rehearsal_entrypoint("rehearse.py", plan, max(10, min(timeout, 600)))
