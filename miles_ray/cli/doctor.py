@@ -1,10 +1,70 @@
-"""miles-ray doctor: placeholder until its issue lands (owned by the engineer building it)."""
+"""miles-ray doctor: the seed's troubleshooting list, automated (evidence and a fix for each finding)."""
 
 from __future__ import annotations
 
-from miles_ray.core.errors import ConfigError
+from typing import Annotated, Optional
+
+import typer
+
+from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NamespaceOpt, Output,
+                                  OutputOpt, RecipeFileOpt, config_flags, emit, out, progress_display)
+
+MARK = {"problem": "[red]✗[/]", "warning": "[yellow]![/]", "ok": "[green]✓[/]", "skipped": "[dim]-[/]"}
 
 
-def doctor_cmd() -> None:
-    """Not available yet."""
-    raise ConfigError("'doctor' is not available in this build yet")
+def findings_table(rep: dict) -> None:
+    out.print(f"doctor {rep['kind']} {rep['target']} (cluster {rep['cluster']}, {rep['backend']})")
+    for f in rep["findings"]:
+        out.print(f"{MARK.get(f['status'], '?')} [bold]{f['check']}[/] [dim]({f['seed']})[/]: {f['summary']}")
+        if f["status"] in ("problem", "warning", "skipped"):
+            for e in f["evidence"]:
+                out.print(f"    [dim]·[/] {e}")
+            if f["fix"]:
+                out.print(f"    [bold]fix:[/] {f['fix']}")
+    out.print(f"{rep['problems']} problem(s), {rep['warnings']} warning(s)")
+
+
+def doctor_cmd(
+    target: Annotated[Optional[str], typer.Argument(help="a cluster name or a run name (default: the configured cluster)", show_default=False)] = None,
+    backend: BackendOption = Backend.auto,
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard URL of a reachable head (e.g. a port-forward): adds the data, checkpoint and Ray-version checks", show_default=False)] = None,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    recipe_file: RecipeFileOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="bound on each per-node round of the data checks (s)")] = 60.0,
+    config: ConfigOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Diagnose a cluster or a run against the seed's troubleshooting list.
+
+    Pods Pending (can one node supply all their GPUs? taints, selectors, quotas), Ray/NCCL start-up (waiting
+    reasons, /dev/shm, nvidia.com/gpu vs num-gpus, MILES_SCRIPT_EXTERNAL_RAY and the head address), missing
+    model/data/checkpoints (check-data's checks, where a head is reachable), restarts from scratch (the run's
+    output dir and checkpoint tracker), image and Ray version drift between the spec and the running pods.
+    Exit 0 when nothing is wrong, 1 when a problem was found. docs/troubleshooting.md lists every check.
+
+    Examples:
+
+      miles-ray doctor miles --namespace ml
+
+      miles-ray doctor q4-b --address http://127.0.0.1:8265
+    """
+    from miles_ray.cli.check_data import python_for
+    from miles_ray.core.config import load_config
+    from miles_ray.services.doctor import doctor
+
+    cfg = load_config(config_flags(namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
+                                   recipe_file=recipe_file), config)
+    if target and backend is Backend.auto and address is None:
+        from miles_ray.services.clusters import local_exists
+
+        local_cfg = cfg.model_copy(update={"name": target})
+        python = python_for(local_cfg, None, "local") if local_exists(target) else None
+    else:
+        python = python_for(cfg, address, backend.value)
+    with progress_display("diagnosing", quiet=output is not Output.table) as p:
+        rep = doctor(cfg, target, backend.value, address, timeout=timeout, python=python, progress=p)
+    emit(rep, output, lambda: findings_table(rep))
+    if rep["problems"]:
+        raise typer.Exit(1)
