@@ -37,16 +37,29 @@ def miles_env(cfg: MilesRayConfig) -> dict[str, str]:
     return dict(sorted(env.items()))
 
 
+def secret_env_refs(cfg: MilesRayConfig) -> list[dict[str, Any]]:
+    """``secret_env`` as Kubernetes ``env[].valueFrom.secretKeyRef`` entries: the pod reads the credential
+    from the Secret at start; no spec, record or log ever holds its value."""
+    refs = []
+    for env_name, ref in sorted(cfg.secret_env.items()):
+        secret, _, key = ref.partition("/")
+        refs.append({"name": env_name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return refs
+
+
 def ray_container(cfg: MilesRayConfig, image: str, with_mounts: bool) -> dict[str, Any]:
     """The one container spec shared by head and workers (resources are added per role)."""
     container: dict[str, Any] = {
         "name": "ray",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "env": [{"name": k, "value": v} for k, v in miles_env(cfg).items()],
+        "env": [{"name": k, "value": v} for k, v in miles_env(cfg).items()] + secret_env_refs(cfg),
     }
     if with_mounts:
-        container["volumeMounts"] = [{"name": cfg.claim, "mountPath": cfg.mount_path}]
+        # /dev/shm as a memory-backed volume (NCCL and Ray's object store use it; it counts toward the pod's
+        # memory): explicit here rather than left to KubeRay's injection, so the spec says what the pod gets.
+        container["volumeMounts"] = [{"name": cfg.claim, "mountPath": cfg.mount_path},
+                                     {"name": "shm", "mountPath": "/dev/shm"}]
     return container
 
 
@@ -104,7 +117,8 @@ def plan_annotation(plan: Plan, image: str, ray_version: str) -> str:
 def build_raycluster(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: str) -> dict[str, Any]:
     """A plain KubeRay ``ray.io/v1`` RayCluster (for users without Polyaxon)."""
     base = ray_container(cfg, image, with_mounts=True)
-    volumes = [{"name": cfg.claim, "persistentVolumeClaim": {"claimName": cfg.claim}}]
+    volumes = [{"name": cfg.claim, "persistentVolumeClaim": {"claimName": cfg.claim}},
+               {"name": "shm", "emptyDir": {"medium": "Memory"}}]
     head_pod = {
         "containers": [_with_resources(base, head_resources(cfg))],
         "volumes": copy.deepcopy(volumes),

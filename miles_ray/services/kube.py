@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from miles_ray.adapters import kube, state
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.errors import ClusterError, ConfigError, Interrupted
 
 Progress = Callable[[str], None] | None
 POLL = 1.0
@@ -101,6 +101,17 @@ def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling
 
 def up(cfg: MilesRayConfig, progress: Progress = None, timeout: float = 600, via: str = "kuberay",
        dry_run: str | None = None, wait: bool = True, ray_check: bool = True) -> dict[str, Any]:
+    try:
+        return _up(cfg, progress, timeout, via, dry_run, wait, ray_check)
+    except KeyboardInterrupt:
+        # Ctrl-C / SIGINT: say what may be left and how to resume (up is idempotent by name)
+        raise Interrupted(f"interrupted while bringing up {cfg.name} in {cfg.namespace}; whatever was created is "
+                          "left in place", hint="run the same 'miles-ray up' again to resume (it never creates a "
+                                                "second cluster), or 'miles-ray down' to remove it") from None
+
+
+def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_run: str | None, wait: bool,
+        ray_check: bool) -> dict[str, Any]:
     plan, rc, warnings, build_operation = _build(cfg)
     api = _client(cfg)
     rays = kube.RayClusters(api)
@@ -131,7 +142,14 @@ def up(cfg: MilesRayConfig, progress: Progress = None, timeout: float = 600, via
             if getattr(e, "status", None) != 409:
                 raise
             result["created"] = False
-            _say(progress, f"RayCluster {cfg.name} was created by someone else meanwhile; waiting for it")
+            # another 'up' of the same name won the race: reconcile with what it created
+            raced = rays.get(cfg.namespace, cfg.name)
+            diffs = _drift(raced, rc) if raced is not None else []
+            if diffs:
+                raise ClusterError(f"RayCluster {cfg.namespace}/{cfg.name} was just created by someone else and "
+                                   "differs: " + "; ".join(diffs), hint="'miles-ray status' shows it") from None
+            _say(progress, f"RayCluster {cfg.name} already exists (created by a concurrent 'up' meanwhile); "
+                           "waiting for it")
     state.atomic_write_json(_record_path(cfg), {"name": cfg.name, "via": "kuberay", "raycluster": cfg.name,
                                                 "namespace": cfg.namespace, "context": cfg.kube_context})
     if wait:
@@ -318,8 +336,8 @@ def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_r
 
             with kube.port_forward(api, cfg.namespace, kube.head_pod(api, cfg.namespace, name)) as url:
                 topo = ray_jobs.cluster_topology(url)
-            out["ray_nodes_alive"] = sum(1 for n in topo["nodes"] if n["alive"])
-            out["ray_gpus"] = sum(n["gpus"] for n in topo["nodes"] if n["alive"])
+            out["ray_nodes_alive"] = len(topo["nodes"])  # cluster_topology lists ALIVE nodes only
+            out["ray_gpus"] = sum(n["gpus"] for n in topo["nodes"])
         except ClusterError as e:
             out["ray_nodes_alive"] = None
             out["ray_error"] = str(e)

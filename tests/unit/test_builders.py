@@ -73,7 +73,9 @@ def test_raycluster_valid_and_aligned(name: str, n: int, g: int) -> None:
     head_pod = spec["headGroupSpec"]["template"]["spec"]
     worker_pod = group["template"]["spec"]
     assert head_pod["volumes"] == worker_pod["volumes"]
-    assert worker_c["volumeMounts"] == [{"name": "miles-data", "mountPath": "/mnt/miles"}]
+    assert worker_c["volumeMounts"] == [{"name": "miles-data", "mountPath": "/mnt/miles"},
+                                        {"name": "shm", "mountPath": "/dev/shm"}]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory"}} in worker_pod["volumes"]
     assert worker_pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert json.loads(rc["metadata"]["annotations"]["miles-ray/plan"])["miles_args"] == plan.miles_args
 
