@@ -123,3 +123,40 @@ def job_env(cfg: MilesRayConfig, dashboard_url: str, extra: dict[str, str] | Non
         "PYTHONPATH": f"{cfg.miles_root}:{cfg.megatron_path}",
     })
     return dict(sorted(env.items()))
+
+
+def launcher_job_operation(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, image: str, run: str, output_dir: str,
+                           head_url: str, extra_args: list[str] | None = None) -> dict:
+    """A Polyaxon ``kind: job`` that runs the upstream launcher in the Miles image, in the cluster, against
+    the existing head (``MILES_SCRIPT_EXTERNAL_RAY=1``, ``RAY_ADDRESS`` = the head service). The launcher
+    only submits, so the pod asks for no GPU; it gets the same connection (the launcher resolves paths)."""
+    from miles_ray.core.builders import POLYAXON_VERSION, miles_env
+    from miles_ray.core.names import label_safe
+
+    argv = launcher_argv(cfg, recipe, plan, output_dir, run, extra_args)
+    env = dict(miles_env(cfg))
+    env["RAY_ADDRESS"] = head_url
+    return {
+        "version": POLYAXON_VERSION,
+        "kind": "operation",
+        "name": f"{cfg.name}-{run}"[:63],
+        "tags": sorted({"miles-ray", "launcher", label_safe(recipe.name)}),
+        "component": {
+            "version": POLYAXON_VERSION,
+            "kind": "component",
+            "name": f"{cfg.name}-{run}"[:63],
+            "description": f"upstream launcher {recipe.launcher} for run {run} on the existing head {head_url}, by miles-ray",
+            "run": {
+                "kind": "job",
+                "connections": [cfg.connection],
+                "container": {
+                    "image": image,
+                    "workingDir": cfg.miles_root,
+                    "command": argv[:2],
+                    "args": argv[2:],
+                    "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+                    "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
+                },
+            },
+        },
+    }
