@@ -1,10 +1,68 @@
-"""miles-ray compare: placeholder until its issue lands (owned by the engineer building it)."""
+"""miles-ray runs compare A B: two runs side by side -- provenance, split, evaluation data, final metrics."""
 
 from __future__ import annotations
 
-from miles_ray.core.errors import ConfigError
+from typing import Annotated
+
+import typer
+
+from miles_ray.cli.common import Output, OutputOpt, emit, out
 
 
-def compare_cmd() -> None:
-    """Not available yet."""
-    raise ConfigError("'compare' is not available in this build yet")
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    s = str(v)
+    return s if len(s) <= 72 else s[:69] + "..."
+
+
+def compare_cmd(
+    run_a: Annotated[str, typer.Argument(help="first run", show_default=False)],
+    run_b: Annotated[str, typer.Argument(help="second run", show_default=False)],
+    output: OutputOpt = Output.table,
+) -> None:
+    """Compare two runs: recipe and its hash, split, image digest, Miles commit, model/dataset revisions,
+    output dirs, the evaluation data and procedure, and the last value of each metric Miles logged
+    (eval/<dataset>, rollout/raw_reward, train/loss ... read from the job logs).
+
+    It names the run with the better final eval metric only when both used the same evaluation data,
+    dataset revision and procedure; otherwise it shows the numbers and says why it will not judge. Even
+    then, a better metric is not by itself proof of a better model.
+    """
+    from rich.table import Table
+
+    from miles_ray.services.compare import compare
+
+    result = compare(run_a, run_b)
+
+    def table() -> None:
+        a, b = result["a"], result["b"]
+        t = Table("", a, b, "", title="runs", title_justify="left")
+        for row in result["provenance"] + result["split"]:
+            if row["a"] is None and row["b"] is None:
+                continue
+            t.add_row(row["field"], _fmt(row["a"]), _fmt(row["b"]), "" if row["same"] else "[yellow]differs[/]")
+        out.print(t)
+        ev = result["eval"]
+        t = Table("", a, b, title="evaluation", title_justify="left")
+        t.add_row("eval data", ", ".join(f"{k}={v}" for k, v in ev["a"]["data"].items()) or "-",
+                  ", ".join(f"{k}={v}" for k, v in ev["b"]["data"].items()) or "-")
+        t.add_row("dataset revision", _fmt(ev["a"]["dataset_revision"]), _fmt(ev["b"]["dataset_revision"]))
+        for k in sorted(set(ev["a"]["procedure"]) | set(ev["b"]["procedure"])):
+            t.add_row(k, _fmt(ev["a"]["procedure"].get(k)), _fmt(ev["b"]["procedure"].get(k)))
+        out.print(t)
+        t = Table("final metric (last logged value)", a, b, title="metrics", title_justify="left")
+        for row in result["metrics"]:
+            t.add_row(row["metric"], _fmt(row["a"]) + (f" @{row['a_at']}" if row["a_at"] is not None else ""),
+                      _fmt(row["b"]) + (f" @{row['b_at']}" if row["b_at"] is not None else ""))
+        out.print(t)
+        for run, why in result["errors"].items():
+            out.print(f"[yellow]{run}: no metrics: {why}[/]")
+        v = result["verdict"]
+        out.print(("[bold]" if not v.get("refused") else "[yellow]") + v["statement"] + "[/]")
+        if not v.get("refused"):
+            out.print(f"note: {v['caveat']}")
+
+    emit(result, output, table)

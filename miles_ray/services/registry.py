@@ -1,0 +1,276 @@
+"""Register a checkpoint of a run as a model version in Polyaxon's model registry.
+
+Registration records a selection: which checkpoint of which run, with its provenance. It is not a
+quality or deployment gate, and nothing here judges the model.
+
+Before anything is written, the checkpoint must exist where the run wrote it. Where that is checked:
+
+* ``local`` backend (the embedded Ray cluster): the workers are processes on THIS machine and share its
+  filesystem, so the path is stat'ed here.
+* any other run (KubeRay, Polyaxon, an --address head): the shared volume is mounted on the cluster, not
+  here. A tiny Ray job is submitted to the run's head (Jobs API); its driver schedules one task with
+  0.01 CPU on a GPU worker (the nodes that write checkpoints; the head advertises no CPUs, so the task
+  cannot land there) and falls back to listing on the driver itself when no worker has room. It lists
+  ``<output_dir>/checkpoints`` and reports the ``iter_*`` directories and ``latest_checkpointed_iteration.txt``.
+
+Polyaxon side (polyaxon 2.18 ``ProjectClient.register_model_version``): with a Polyaxon run uuid in the
+run record, the checkpoint (and HF dir) are first logged as MODEL lineage on that run, then the version
+is registered with ``run=<uuid>`` and ``artifacts=[those lineage names]``; without one (a run submitted
+straight to Ray), the version carries no Polyaxon run link and the source run name, artifact paths and
+provenance go into its description and ``content`` (JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from miles_ray.adapters import state
+from miles_ray.core.errors import ClusterError, ConfigError
+
+Progress = Callable[[str], None] | None
+NOT_A_GATE = ("registration records a selection; it is not a quality gate or a deployment check: keep approval "
+              "criteria explicit and validate the model in its serving environment before release")
+LIST_PREFIX = "MILES_RAY_CKPT_LIST "
+VERSION_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{0,62}$")
+
+# Runs as the Ray job's entrypoint (python3 -c): list the checkpoints dir on a GPU worker.
+_LIST_SCRIPT = r'''
+import json, os, sys
+root = sys.argv[1]
+def listing(root):
+    import os, socket
+    out = {"host": socket.gethostname(), "root": root, "exists": os.path.isdir(root), "iterations": [], "latest": None}
+    if out["exists"]:
+        for name in sorted(os.listdir(root)):
+            if name.startswith("iter_") and name[5:].isdigit() and os.path.isdir(os.path.join(root, name)):
+                out["iterations"].append(int(name[5:]))
+        try:
+            out["latest"] = open(os.path.join(root, "latest_checkpointed_iteration.txt")).read().strip()
+        except OSError:
+            pass
+    for extra in sys.argv[2:]:
+        out.setdefault("paths", {})[extra] = os.path.isdir(extra)
+    try:
+        import ray
+        out["ip"] = ray.util.get_node_ip_address()
+    except Exception:
+        out["ip"] = None
+    return out
+result = None
+try:
+    import ray
+    ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    task = ray.remote(num_cpus=0.01)(listing)
+    ref = task.remote(root)
+    ready, _ = ray.wait([ref], timeout=30)
+    if ready:
+        result = ray.get(ref); result["where"] = "worker %s (%s)" % (result.get("ip"), result["host"])
+except Exception as e:
+    result = None
+if result is None:
+    result = listing(root); result["where"] = "driver %s (no worker had room within 30s)" % result.get("ip")
+print("''' + LIST_PREFIX + r'''" + json.dumps(result), flush=True)
+'''
+
+
+def checkpoint_dir(output_dir: str, iteration: int) -> str:
+    return f"{output_dir.rstrip('/')}/checkpoints/iter_{iteration:07d}"
+
+
+def hf_dir_from_entrypoint(entrypoint: str, iteration: int) -> str | None:
+    """The HF export Miles writes with ``--save-hf TEMPLATE`` (``TEMPLATE.format(rollout_id=...)``).
+    miles-ray formats it with the iteration; pass --hf-dir when the run used another numbering."""
+    try:
+        args = shlex.split(entrypoint or "")
+    except ValueError:
+        return None
+    if "--save-hf" not in args:
+        return None
+    i = args.index("--save-hf")
+    if i + 1 >= len(args):
+        return None
+    try:
+        return args[i + 1].format(rollout_id=iteration)
+    except (KeyError, IndexError, ValueError):
+        return None
+
+
+def list_checkpoints_local(output_dir: str, extra: list[str]) -> dict[str, Any]:
+    root = Path(output_dir) / "checkpoints"
+    out: dict[str, Any] = {"root": str(root), "exists": root.is_dir(), "iterations": [], "latest": None,
+                           "where": "this machine (local backend: the workers share its filesystem)"}
+    if out["exists"]:
+        for p in sorted(root.iterdir()):
+            if p.name.startswith("iter_") and p.name[5:].isdigit() and p.is_dir():
+                out["iterations"].append(int(p.name[5:]))
+        latest = root / "latest_checkpointed_iteration.txt"
+        if latest.is_file():
+            out["latest"] = latest.read_text().strip()
+    out["paths"] = {p: Path(p).is_dir() for p in extra}
+    return out
+
+
+def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120) -> dict[str, Any]:
+    """List ``<output_dir>/checkpoints`` through a tiny Ray job on the run's head (see module doc)."""
+    import datetime as _dt
+    from urllib.parse import urlparse
+
+    from miles_ray.adapters import ray_jobs
+
+    url = record["address"]
+    host = urlparse(url).hostname or ""
+    py = sys.executable if host in ("127.0.0.1", "localhost", "::1") else "python3"
+    root = f"{record['output_dir'].rstrip('/')}/checkpoints"
+    entry = shlex.join([py, "-c", _LIST_SCRIPT, root, *extra])
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S%f")
+    sid = f"miles-ray-{record['cluster']}-ckpt-{stamp}"
+    job_id, _ = ray_jobs.submit(url, entry, {"env_vars": {"PYTHONUNBUFFERED": "1"}}, sid,
+                                {"miles_ray": "checkpoint-list", "run": record["run"]})
+    try:
+        info = ray_jobs.wait(url, job_id, timeout=timeout)
+    except ClusterError:
+        ray_jobs.stop(url, job_id)
+        raise ClusterError(f"listing checkpoints of run {record['run']} on {url} took more than {timeout:.0f}s",
+                           hint="is the cluster up? 'miles-ray status'") from None
+    text = ray_jobs.logs(url, job_id)
+    for line in reversed(text.splitlines()):
+        if line.startswith(LIST_PREFIX):
+            return json.loads(line[len(LIST_PREFIX):])
+    raise ClusterError(f"could not list {root} on {url}: the listing job ended {info['status']} "
+                       f"({(text.strip().splitlines() or ['no output'])[-1][:200]})")
+
+
+def register(run: str, iteration: int, *, version: str | None, hf_dir: str | None, tags: list[str],
+             description: str | None, host: str | None, owner: str, project: str, check_via: str = "auto",
+             force: bool = False, progress: Progress = None) -> dict[str, Any]:
+    from miles_ray.adapters.polyaxon_api import PolyaxonApi
+
+    if not host:
+        raise ConfigError("the model registry is not enabled here: no Polyaxon host",
+                          hint="pass --polyaxon-host, set polyaxon_host in miles-ray.yaml or POLYAXON_HOST")
+    record = state.load_record(run)
+    if iteration < 0:
+        raise ConfigError(f"--checkpoint {iteration} is not an iteration number")
+    version = version or f"{run}-iter-{iteration}"
+    if not VERSION_NAME.match(version):
+        raise ConfigError(f"version name {version!r} is not valid",
+                          hint="lower-case letters, digits, '-', '_', '.', at most 63 characters")
+    bad_tags = [t for t in tags if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$", t)]
+    if bad_tags:
+        raise ConfigError(f"tag(s) {', '.join(map(repr, bad_tags))} are not valid", hint="letters, digits, . _ : -")
+    api = PolyaxonApi(host)  # ConfigError (exit 2) when no host: the registry is not enabled here
+    ckpt = checkpoint_dir(record["output_dir"], iteration)
+    explicit_hf = hf_dir is not None
+    hf = hf_dir or hf_dir_from_entrypoint(record.get("entrypoint", ""), iteration)
+
+    # 1. the checkpoint must exist where the run wrote it -- nothing is registered otherwise
+    via = check_via if check_via != "auto" else ("local" if record.get("backend") == "local" else "cluster")
+    if progress:
+        progress(f"looking for {ckpt} ({'on this machine' if via == 'local' else 'through a Ray job on ' + record['address']})")
+    extra = [hf] if hf else []
+    listing = list_checkpoints_local(record["output_dir"], extra) if via == "local" else \
+        list_checkpoints_on_cluster(record, extra)
+    iterations = sorted(listing.get("iterations") or [])
+    if iteration not in iterations:
+        have = ", ".join(str(i) for i in iterations) if iterations else "none"
+        where = listing.get("where", "")
+        if not listing.get("exists"):
+            raise ConfigError(f"run {run}: no checkpoint dir {listing['root']} ({where})",
+                              hint="the run saved no checkpoint yet, or the volume is not mounted there")
+        raise ConfigError(f"run {run}: checkpoint iteration {iteration} does not exist ({ckpt} not found, {where}); "
+                          f"existing iterations: {have}",
+                          hint="pick one of them with --checkpoint ITER")
+    hf_found = bool(hf and (listing.get("paths") or {}).get(hf))
+    if explicit_hf and not hf_found:
+        raise ConfigError(f"--hf-dir {hf} does not exist ({listing.get('where', '')})",
+                          hint="give the HF export Miles wrote (--save-hf), or leave --hf-dir out")
+
+    # 2. the version must be new unless --force
+    pc = api._project_client(owner, project)
+    api.check_project(owner, project)
+    existing = _get_version(api, pc, version)
+    if existing is not None and not force:
+        raise ConfigError(f"model version {version} already exists in {owner}/{project}",
+                          hint="choose another --version, or pass --force to update it")
+
+    artifacts = [{"name": f"checkpoint-iter_{iteration:07d}", "kind": "model", "path": ckpt,
+                  "format": "megatron torch_dist"}]
+    if hf_found:
+        artifacts.append({"name": f"hf-iter_{iteration:07d}", "kind": "model", "path": hf, "format": "huggingface"})
+    provenance = {k: record.get(k) for k in ("run", "recipe", "recipe_hash", "image", "image_digest", "miles_commit",
+                                              "model_revision", "dataset_revision", "ray_version", "output_dir",
+                                              "resumed_from", "submission_id", "address", "cluster",
+                                              "polyaxon_run_uuid", "created")}
+    provenance["split"] = {k: (record.get("split") or {}).get(k) for k in
+                           ("layout", "nodes", "gpus_per_node", "actor_num_nodes", "trainer_gpus", "rollout_num_gpus",
+                            "rollout_num_gpus_per_engine")}
+    content = {"schema": "miles-ray/model-version/v1", "source_run": run, "checkpoint_iteration": iteration,
+               "artifacts": artifacts, "provenance": provenance, "checked": {"where": listing.get("where"),
+                                                                               "iterations": iterations},
+               "note": NOT_A_GATE}
+    uuid = record.get("polyaxon_run_uuid")
+    desc = description or (f"Miles checkpoint iter {iteration} of run {run} (recipe {record.get('recipe')}); "
+                           + ("source: Polyaxon run " + uuid if uuid else "source: miles-ray run record " + run
+                              + " (no Polyaxon run)") + ". A recorded selection, not a quality gate.")
+    all_tags = list(dict.fromkeys(["miles", "miles-ray", str(record.get("recipe") or "").lower(), *tags]))
+    all_tags = [t for t in all_tags if t]
+
+    # 3. lineage on the Polyaxon run (when there is one), then the version
+    lineage: list[str] = []
+    if uuid:
+        from polyaxon.schemas import V1ArtifactKind, V1RunArtifact
+
+        rc = api._run_client(owner, project, uuid)
+        for art in artifacts:
+            body = V1RunArtifact(name=art["name"], kind=V1ArtifactKind.MODEL, path=art["path"], is_input=False,
+                                 summary={"path": art["path"], "format": art["format"], "iteration": iteration})
+            api._call(f"log lineage {art['name']} on run {uuid}",
+                      lambda b=body: rc.log_artifact_lineage(body=b, async_req=False),
+                      not_found=f"Polyaxon run {uuid} (from run record {run}) not found in {owner}/{project}")
+            lineage.append(art["name"])
+    if progress:
+        progress(f"registering model version {version} in {owner}/{project}")
+    api._call(f"register model version {version}",
+              lambda: pc.register_model_version(version, description=desc, tags=all_tags,
+                                                content=json.dumps(content, sort_keys=True), run=uuid or None,
+                                                artifacts=lineage or None, force=force),
+              not_found=f"Polyaxon project {owner}/{project} not found on {api.host}")
+    back = _get_version(api, pc, version)
+    if back is None:
+        raise ClusterError(f"model version {version} was registered but cannot be read back from {api.host}")
+    return {"version": version, "project": f"{owner}/{project}", "host": api.host, "updated": existing is not None,
+            "run": run, "polyaxon_run_uuid": uuid, "checkpoint": ckpt, "hf_dir": hf if hf_found else None,
+            "hf_dir_note": None if hf_found or explicit_hf else (
+                f"HF dir {hf} not found: not registered" if hf else
+                "the run did not pass --save-hf: no HF dir registered (give --hf-dir)"),
+            "artifacts": artifacts, "lineage": lineage, "tags": all_tags, "checked": content["checked"],
+            "registered": back, "note": NOT_A_GATE}
+
+
+def _get_version(api, pc, version: str) -> dict[str, Any] | None:
+    from miles_ray.adapters.polyaxon_api import _plain
+
+    try:
+        v = api._call(f"read model version {version}", lambda: pc.get_model_version(version),
+                      not_found="__absent__")
+    except ClusterError as e:
+        if e.message == "__absent__":
+            return None
+        raise
+    data = _plain(v)
+    if isinstance(data.get("content"), str):
+        try:
+            data["content"] = json.loads(data["content"])
+        except ValueError:
+            pass
+    return data
+
+
+def polyaxon_target(cfg) -> tuple[str | None, str, str]:
+    return (cfg.polyaxon_host or os.environ.get("POLYAXON_HOST")), cfg.polyaxon_owner, cfg.polyaxon_project
