@@ -61,8 +61,10 @@ def _client(address: str):
         raise ClusterError("ray is not installed", hint='pip install "ray[default]"') from exc
     import logging
 
-    # Ray's SDK logs upload chatter (INFO/WARNING) on our stderr; miles-ray reports progress itself.
-    logging.getLogger("ray").setLevel(logging.ERROR)
+    # Ray's SDK logs upload chatter (INFO/WARNING) on our stderr; miles-ray reports progress itself. Its modules
+    # set their own levels, so quieten every ray logger that exists once the SDK is imported.
+    for name in [n for n in logging.root.manager.loggerDict if n == "ray" or n.startswith("ray.")]:
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # ConnectionError, requests errors, version-check failures
