@@ -117,3 +117,14 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayClus
                 left = sorted({pid for p in procs for pid in lr.session_members(p)})
                 assert not left, f"local Ray processes left after down: {left}"
                 assert not Path(state["temp_dir"]).exists(), "local Ray temp dir left after down"
+
+
+@pytest.fixture
+def env(local_ray, monkeypatch, tmp_path):
+    """The session's local Ray cluster, with this test's own state dir and cwd and no MILES_RAY_*/RAY_ADDRESS
+    from the developer's shell."""
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
+    for key in [k for k in os.environ if k.startswith("MILES_RAY_") and k != "MILES_RAY_STATE_DIR"] + ["RAY_ADDRESS"]:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return local_ray

@@ -8,21 +8,11 @@ that node read every path under mount_path from DIR instead (through the task's 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture
-def env(local_ray, monkeypatch, tmp_path):
-    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
-    for key in [k for k in os.environ if k.startswith("MILES_RAY_") and k != "MILES_RAY_STATE_DIR"] + ["RAY_ADDRESS"]:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return local_ray
 
 
 def prepare(mount: Path, *, eval_data: bool = True, megatron: bool = True) -> None:

@@ -8,21 +8,11 @@ option): one node's actor closes its announced port, or never starts."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
 
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture
-def env(local_ray, monkeypatch, tmp_path):
-    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
-    for key in [k for k in os.environ if k.startswith("MILES_RAY_") and k != "MILES_RAY_STATE_DIR"] + ["RAY_ADDRESS"]:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return local_ray
 
 
 def gpu_nodes(address: str) -> list[dict]:

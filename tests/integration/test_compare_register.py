@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml

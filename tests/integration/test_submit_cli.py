@@ -22,15 +22,6 @@ MODEL_ARGS = ["--num-layers", "36", "--hidden-size", "2560", "--num-attention-he
 
 
 @pytest.fixture
-def env(local_ray, monkeypatch, tmp_path):
-    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
-    for key in [k for k in os.environ if k.startswith("MILES_RAY_") and k != "MILES_RAY_STATE_DIR"] + ["RAY_ADDRESS"]:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return local_ray
-
-
-@pytest.fixture
 def miles_root(tmp_path) -> Path:
     """A stand-in Miles checkout: the fake train.py and the model-args script the launchers source."""
     root = tmp_path / "miles"
