@@ -26,6 +26,8 @@ NON_CONFIG_PREFIXES = ("E2E_", "TEST_", "BENCH_", "FAKE_")
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_OBJ = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -93,6 +95,9 @@ class MilesRayConfig(BaseModel):
     megatron_path: str = Field("/root/Megatron-LM", description="Megatron-LM inside the image")
     nccl_nvls_enable: Literal["0", "1"] = Field("0", description="NCCL_NVLS_ENABLE (0 for multi-node Blackwell)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for head, workers and job")
+    secret_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="credentials from Kubernetes Secrets: {ENV_NAME: secret-name/key} (never a value)")
 
     @field_validator("name")
     @classmethod
@@ -157,10 +162,36 @@ class MilesRayConfig(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
+        from miles_ray.core.secrets import HINT, secret_name, secret_value
+
+        for k, value in v.items():
             if not _ENV_NAME.match(k):
                 raise ValueError(f"environment variable name {k!r} is not valid")
+            what = "a credential" if secret_name(k) else secret_value(str(value))
+            if what:  # never echo the value itself
+                raise ValueError(f"{k}=... looks like {what}; env is written in plain text into specs ({HINT})")
         return v
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, ref in v.items():
+            if not _ENV_NAME.match(k):
+                raise ValueError(f"environment variable name {k!r} is not valid")
+            secret, sep, key = str(ref).partition("/")
+            if (not sep or len(secret) > 253 or not _SECRET_OBJ.match(secret) or not key or len(key) > 253
+                    or not _SECRET_KEY.match(key)):
+                # the reference is a name, but a malformed one may be a pasted value: do not echo it
+                raise ValueError(f"{k} must reference a Kubernetes Secret as 'secret-name/key' "
+                                 "(a DNS-1123 name, '/', a key of letters, digits, '-', '_' or '.')")
+        return v
+
+    @model_validator(mode="after")
+    def _env_disjoint(self) -> "MilesRayConfig":
+        both = sorted(set(self.env) & set(self.secret_env))
+        if both:
+            raise ValueError(f"{', '.join(both)} set in both env and secret_env")
+        return self
 
     @model_validator(mode="after")
     def _workers_have_cpus(self) -> "MilesRayConfig":
@@ -192,7 +223,7 @@ class MilesRayConfig(BaseModel):
 
 
 FIELDS = set(MilesRayConfig.model_fields)
-_COMPLEX = {"node_selector", "tolerations", "env"}
+_COMPLEX = {"node_selector", "tolerations", "env", "secret_env"}
 
 
 def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -324,4 +355,6 @@ miles_root: /root/miles
 megatron_path: /root/Megatron-LM
 nccl_nvls_enable: "0"
 # env: {RAY_DEDUP_LOGS: "0"}
+# Credentials come from Kubernetes Secrets, never as values: ENV_NAME: secret-name/key
+# secret_env: {HF_TOKEN: hf-token/token, WANDB_API_KEY: wandb/api-key}
 """

@@ -9,6 +9,10 @@ class MilesRayError(Exception):
     exit_code: int = 2
 
     def __init__(self, message: str, hint: str | None = None) -> None:
+        from miles_ray.core.secrets import redact
+
+        # an error line may echo what the user typed: never a credential (it ends up in CI logs)
+        message, hint = redact(message), redact(hint) if hint else hint
         super().__init__(message)
         self.message = message
         self.hint = hint
@@ -37,3 +41,9 @@ class ClusterError(MilesRayError):
     """A cluster or service (Kubernetes, Polyaxon, Ray) is missing, unreachable or refused."""
 
     exit_code = 1
+
+
+class Interrupted(MilesRayError):
+    """Ctrl-C / SIGINT while waiting: says what was left in place and how to resume (exit 130)."""
+
+    exit_code = 130

@@ -42,13 +42,19 @@ def load_yaml_file(path: str | Path, what: str = "file") -> Any:
             raise ConfigError(f"{what} {p} is not a regular file")
         if size > MAX_BYTES:
             raise ConfigError(f"{what} {p} is {size} bytes; the limit is {MAX_BYTES}")
-        raw = p.read_bytes()
+        with p.open("rb") as fh:  # never more than the limit, even if the file grows after stat()
+            raw = fh.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise ConfigError(f"{what} {p} is larger than the limit of {MAX_BYTES} bytes")
     except FileNotFoundError:
         raise ConfigError(f"{what} {p} does not exist") from None
     except IsADirectoryError:
         raise ConfigError(f"{what} {p} is a directory, not a file") from None
     except PermissionError:
         raise ConfigError(f"{what} {p} is not readable (permission denied)") from None
+    except (OSError, ValueError) as e:  # name too long, embedded NUL, not a directory, ...
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError(f"{what} {str(p)[:200]} cannot be read ({reason})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

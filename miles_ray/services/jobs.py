@@ -14,12 +14,12 @@ from miles_ray.adapters import state
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, job_env, launcher_argv,
                                        rehearsal_entrypoint, submission_id)
-from miles_ray.core.errors import ClusterError, ConfigError, PlanError
+from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, PlanError
 from miles_ray.core.planner import Plan, summary_line
 from miles_ray.core.recipes import Recipe, get_recipe
 from miles_ray.core.runs import SCHEMA, RunRecord, resume_differences
 from miles_ray.core.secrets import HINT as SECRET_HINT
-from miles_ray.core.secrets import SECRET_NAME, secret_value  # noqa: F401 - SECRET_NAME kept importable here
+from miles_ray.core.secrets import SECRET_NAME, secret_name, secret_value  # noqa: F401 - SECRET_NAME kept importable
 
 Progress = Callable[[str], None] | None
 
@@ -41,7 +41,7 @@ def parse_env(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise ConfigError(f"--env {item!r} is not KEY=VALUE with a valid variable name")
-        if SECRET_NAME.search(key):
+        if secret_name(key):
             raise ConfigError(
                 f"--env {key}=... looks like a credential; miles-ray does not put secrets in plain text into job "
                 "specs or run records", hint="supply it through a Kubernetes Secret or a scoped Polyaxon connection")
@@ -179,18 +179,21 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
             raise ConfigError(f"--extra-args contains what looks like {what}; it would be stored in the run record "
                               "and the job's entrypoint", hint=SECRET_HINT)
     chosen_backend, stored = resolve_address(cfg, address, backend)
-    if mode == "launcher" and stored.startswith("k8s://"):
-        raise ConfigError("--mode launcher needs the head's address from where the launcher runs; this head is only "
-                          "reachable inside the cluster",
-                          hint="run miles-ray inside the cluster (e.g. a Polyaxon job in the Miles image), or use "
-                               "--mode direct, which submits train.py through a port-forward")
-    with reach(stored, cfg.kube_context, cfg.kubeconfig) as url:
-        return _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url, run=run, mode=mode,
-                                 rehearse=rehearse, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env,
-                                 extra_args=extra_args, resume_from=resume_from, force=force,
-                                 miles_commit=miles_commit, model_revision=model_revision,
-                                 dataset_revision=dataset_revision, num_rollout=num_rollout, progress=progress,
-                                 python=python)
+    if mode == "launcher" and stored.startswith("k8s://") and image_ref is None:
+        raise ConfigError("--mode launcher on a Kubernetes cluster runs the launcher as a Polyaxon job in the Miles "
+                          "image: an image is needed", hint="pass --image repo@sha256:<64 hex>")
+    try:
+        with reach(stored, cfg.kube_context, cfg.kubeconfig) as url:
+            return _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url, run=run, mode=mode,
+                                     rehearse=rehearse, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env,
+                                     extra_args=extra_args, resume_from=resume_from, force=force,
+                                     miles_commit=miles_commit, model_revision=model_revision,
+                                     dataset_revision=dataset_revision, num_rollout=num_rollout, progress=progress,
+                                     python=python)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while submitting run {run or '(unnamed)'}; no new run record was kept",
+                          hint="run the same 'miles-ray submit --run NAME' again: it finds the job if Ray had "
+                               "accepted it, or submits it once (the job id is derived from the run name)") from None
 
 
 def _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url, *, run, mode, rehearse,
@@ -265,6 +268,8 @@ def _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url,
         output_dir=output_dir, resumed_from=resumed_from, entrypoint=entrypoint, kube_context=cfg.kube_context,
     ).model_dump(by_alias=True)
     if mode == "launcher" and not rehearse:
+        if stored.startswith("k8s://"):
+            return launcher_as_polyaxon_job(cfg, recipe, plan, record, extra_args)
         return {"run": run, "record": record, "address": in_cluster_url(stored), "launcher": True}
     owns_record = False
     if existing is None:
@@ -290,6 +295,32 @@ def _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url,
     return {"run": run, "submission_id": job_id, "created": created_now, "address": stored,
             "record": str(state.record_path(run)), "output_dir": output_dir, "entrypoint": entrypoint,
             "status": ray_jobs.status(url, job_id)["status"]}
+
+
+def launcher_as_polyaxon_job(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, record: dict[str, Any],
+                              extra_args: list[str]) -> dict[str, Any]:
+    """--mode launcher on a Kubernetes cluster: the upstream launcher runs as a Polyaxon job in the same image and
+    connection, inside the cluster, against the head service (never nested in a Ray job, never next to us)."""
+    from miles_ray.adapters import polyaxon_api, polyaxon_spec
+    from miles_ray.core.entrypoint import launcher_job_operation
+
+    head_url = in_cluster_url(record["address"])
+    op = launcher_job_operation(cfg, recipe, plan, record["image"], record["run"], record["output_dir"], head_url,
+                                extra_args)
+    polyaxon_spec.validate_operation(op)
+    state.create_record(record)
+    try:
+        uuid = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host).create_operation(
+            cfg.polyaxon_owner, cfg.polyaxon_project, op, name=op["name"], tags=op["tags"],
+            meta={"miles_ray_run": record["run"], "recipe_hash": record["recipe_hash"]})
+    except BaseException:
+        state.record_path(record["run"]).unlink(missing_ok=True)
+        raise
+    record["polyaxon_run_uuid"] = uuid
+    state.save_record(record)
+    return {"run": record["run"], "polyaxon_uuid": uuid, "created": True, "address": record["address"],
+            "record": str(state.record_path(record["run"])), "output_dir": record["output_dir"],
+            "submission_id": f"polyaxon:{uuid}", "status": "CREATED", "launcher_job": True}
 
 
 def live_status(record: dict[str, Any]) -> str:
