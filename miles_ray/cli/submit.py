@@ -38,6 +38,7 @@ def submit_cmd(
     num_rollout: Annotated[Optional[int], typer.Option("--num-rollout", min=1, help="override the recipe's rollout count", show_default=False)] = None,
     resume_from: Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR whose checkpoints to continue (recipe and split must match)", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="resume even if the recipe or split differ")] = False,
+    check_data: Annotated[Optional[bool], typer.Option("--check-data/--no-check-data", help="verify the shared volume, model dirs, datasets and output dir on every node first [default: on for Kubernetes clusters]", show_default=False)] = None,
     miles_commit: Annotated[Optional[str], typer.Option("--miles-commit", help="Miles commit in the image (recorded)", show_default=False)] = None,
     model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="model revision (recorded)", show_default=False)] = None,
     dataset_revision: Annotated[Optional[str], typer.Option("--dataset-revision", help="dataset revision (recorded)", show_default=False)] = None,
@@ -81,7 +82,7 @@ def submit_cmd(
                              backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=user_env,
                              extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
                              model_revision=model_revision, dataset_revision=dataset_revision,
-                             num_rollout=num_rollout, progress=p, python=python)
+                             num_rollout=num_rollout, progress=p, python=python, check_data=check_data)
     if result.get("launcher"):
         _run_launcher(cfg, result)
         return

@@ -19,7 +19,7 @@ from miles_ray.core.planner import Plan, summary_line
 from miles_ray.core.recipes import Recipe, get_recipe
 from miles_ray.core.runs import SCHEMA, RunRecord, resume_differences
 from miles_ray.core.secrets import HINT as SECRET_HINT
-from miles_ray.core.secrets import SECRET_NAME, secret_name, secret_value  # noqa: F401 - SECRET_NAME kept importable
+from miles_ray.core.secrets import secret_name, secret_value  # noqa: F401 - SECRET_NAME kept importable
 
 Progress = Callable[[str], None] | None
 
@@ -146,7 +146,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
            backend: str, wait_for_nodes: bool, timeout: float, env: dict[str, str], extra_args: list[str],
            resume_from: str | None, force: bool, miles_commit: str | None, model_revision: str | None,
            dataset_revision: str | None, num_rollout: int | None, progress: Progress = None,
-           python: str | None = None) -> dict[str, Any]:
+           python: str | None = None, check_data: bool | None = None) -> dict[str, Any]:
     """Validate everything, check the live cluster, write the run record, submit. Returns a summary."""
     from miles_ray.core.images import check_image
     from miles_ray.core.planner import plan_split
@@ -189,7 +189,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
                                      extra_args=extra_args, resume_from=resume_from, force=force,
                                      miles_commit=miles_commit, model_revision=model_revision,
                                      dataset_revision=dataset_revision, num_rollout=num_rollout, progress=progress,
-                                     python=python)
+                                     python=python, check_data=check_data)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while submitting run {run or '(unnamed)'}; no new run record was kept",
                           hint="run the same 'miles-ray submit --run NAME' again: it finds the job if Ray had "
@@ -198,7 +198,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
 
 def _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url, *, run, mode, rehearse,
                       wait_for_nodes, timeout, env, extra_args, resume_from, force, miles_commit, model_revision,
-                      dataset_revision, num_rollout, progress, python) -> dict[str, Any]:
+                      dataset_revision, num_rollout, progress, python, check_data=None) -> dict[str, Any]:
     from miles_ray.adapters import ray_jobs
 
     created = _now()
@@ -240,6 +240,17 @@ def _submit_reachable(cfg, recipe, plan, image_ref, chosen_backend, stored, url,
         raise ClusterError(f"the cluster at {url} does not fit the plan: " + "; ".join(problems),
                            hint="add GPU workers ('miles-ray scale'), wait for them (--wait-for-nodes), "
                                 "or plan for what is there")
+    # Data and checkpoint preflight on every node (default on for Kubernetes clusters, where the shared volume
+    # is real; --check-data / --no-check-data override). Rehearsals touch no data.
+    if not rehearse and (check_data if check_data is not None else chosen_backend == "kuberay"):
+        from miles_ray.services.datacheck import check_data as run_check
+
+        report = run_check(cfg, url, recipe, output_dir if resumed_from else None, python=python, progress=progress)
+        if not report.get("ok"):
+            missing = report.get("missing") or []
+            raise ClusterError(f"data preflight failed on the cluster ({len(missing)} problem(s)): "
+                               + "; ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""),
+                               hint="'miles-ray check-data' lists every missing path per node")
     live_version = ray_jobs.ray_version(url)
     ray_version = live_version or cfg.ray_version
     if cfg.ray_version and live_version and cfg.ray_version != live_version:

@@ -230,3 +230,16 @@ def test_scale_refuses_to_shrink_under_a_running_job(env, cli, miles_root, tmp_p
         assert env.status()["gpu_node_count"] == 4
     finally:
         cli("stop", "needs-four")
+
+
+def test_submit_with_data_preflight_refuses_missing_data(env, cli, miles_root, tmp_path):
+    """--check-data runs check-data's job on every node before submitting: nothing is submitted or recorded
+    when the recipe's model dirs and datasets are missing from the shared volume."""
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\nmount_path: {mount}\n")
+    code, _, err = submit(cli, env.address, "--run", "no-data", "--nodes", "1", "--check-data")
+    assert code == 1, err
+    assert "data preflight failed" in err and "Qwen3-4B" in err
+    code, out, _ = cli("runs", "-o", "json", "--no-live")
+    assert json.loads(out) == []

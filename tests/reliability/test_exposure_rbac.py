@@ -88,12 +88,23 @@ def test_least_privilege_identity_runs_everything_and_pods_meet_baseline(
     # Pod Security: enforce 'baseline' here (PodSecurity admission is on by default in the apiserver)
     core_v1.patch_namespace(namespace, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}}})
-    with pytest.raises(ApiException) as refused:  # enforcement is really on: a privileged pod is refused
-        core_v1.create_namespaced_pod(namespace, client.V1Pod(
-            metadata=client.V1ObjectMeta(name="priv"),
-            spec=client.V1PodSpec(containers=[client.V1Container(
-                name="c", image="x", security_context=client.V1SecurityContext(privileged=True))])))
-    assert refused.value.status == 403 and "PodSecurity" in refused.value.body
+    # enforcement is really on: a privileged pod is refused. The admission plugin reads namespace labels from
+    # an informer cache, so the label can take a moment to apply: retry (deleting any pod admitted meanwhile).
+    def privileged_refused():
+        try:
+            core_v1.create_namespaced_pod(namespace, client.V1Pod(
+                metadata=client.V1ObjectMeta(name="priv"),
+                spec=client.V1PodSpec(containers=[client.V1Container(
+                    name="c", image="x", security_context=client.V1SecurityContext(privileged=True))])))
+        except ApiException as e:
+            return e
+        core_v1.delete_namespaced_pod("priv", namespace, grace_period_seconds=0)
+        wait_for("admitted privileged pod deleted", lambda: not [
+            p for p in core_v1.list_namespaced_pod(namespace).items if p.metadata.name == "priv"], timeout=30)
+        return None
+
+    refused = wait_for("PodSecurity 'baseline' enforced", privileged_refused, timeout=30)
+    assert refused.status == 403 and "PodSecurity" in refused.body
 
     cluster_role = f"miles-ray-preflight-{namespace}"
     _apply_rbac(k8s_api, namespace, cluster_role)
