@@ -19,7 +19,7 @@ from miles_ray.core.planner import Plan, summary_line
 from miles_ray.core.recipes import Recipe, get_recipe
 from miles_ray.core.runs import SCHEMA, RunRecord, resume_differences
 from miles_ray.core.secrets import HINT as SECRET_HINT
-from miles_ray.core.secrets import secret_name, secret_value  # noqa: F401 - SECRET_NAME kept importable
+from miles_ray.core.secrets import secret_name, secret_value
 
 Progress = Callable[[str], None] | None
 
