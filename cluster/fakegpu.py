@@ -72,9 +72,10 @@ def log_stderr(msg: str) -> None:
 # Versions, cache, build
 
 
-def read_versions() -> dict[str, str]:
+def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
+    """KEY=VALUE lines of a versions file (comments and blank lines skipped)."""
     out: dict[str, str] = {}
-    for line in VERSIONS_FILE.read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue

@@ -48,6 +48,16 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 VERSIONS_FILE = HERE / "polyaxon-versions.env"
+
+if str(HERE) not in sys.path:  # cluster/ holds scripts, not a package: share fakegpu's helpers
+    sys.path.insert(0, str(HERE))
+import fakegpu  # noqa: E402
+
+cache_dir = fakegpu.cache_dir
+find_go = fakegpu.find_go
+_proc_starttime = fakegpu._proc_starttime
+_pdeathsig = fakegpu._pdeathsig
+_tail = fakegpu._tail
 STATE_FILE = "polyaxon-stack.json"
 
 #: The connection the Miles operation names (a PVC mounted at /mnt/miles on every pod).
@@ -81,18 +91,7 @@ def log_stderr(msg: str) -> None:
 
 
 def read_versions() -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in VERSIONS_FILE.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        out[key.strip()] = value.strip().strip('"')
-    return out
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("MILES_RAY_CACHE", str(Path.home() / ".cache" / "miles-ray")))
+    return fakegpu.read_versions(VERSIONS_FILE)
 
 
 def haupt_venv() -> Path:
@@ -112,13 +111,6 @@ def _first_error_line(text: str) -> str:
         if "error" in low or "forbidden" in low or low.startswith("go: ") or "cannot" in low:
             return ln
     return lines[0] if lines else "(no output)"
-
-
-def _tail(path: str | Path, n: int = 30) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,29 +218,9 @@ def install_crds(kubeconfig: str | Path, paths: list[Path], timeout: float = 120
 # Processes
 
 
-def _proc_starttime(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
 def _alive(rec: dict[str, Any]) -> bool:
-    pid = rec.get("pid")
-    if not pid or _proc_starttime(pid) != rec.get("starttime"):
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def _pdeathsig() -> None:
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    """The recorded process still runs (same PID and start time, not a zombie)."""
+    return bool(rec.get("pid")) and fakegpu._is_ours_and_alive(rec)
 
 
 def _spawn(name: str, argv: list[str], logs: Path, env: dict[str, str], cwd: Path,
@@ -400,16 +372,6 @@ def _run_agent(max_interval: int) -> int:
 
 # --------------------------------------------------------------------------------------------
 # mloperator
-
-
-def find_go() -> str | None:
-    if os.environ.get("GO"):
-        go = os.environ["GO"]
-        return go if os.access(go, os.X_OK) else None
-    go = shutil.which("go")
-    if not go and os.access("/usr/local/go/bin/go", os.X_OK):
-        go = "/usr/local/go/bin/go"
-    return go
 
 
 def mloperator_binary(v: dict[str, str] | None = None) -> Path:

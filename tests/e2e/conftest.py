@@ -15,7 +15,6 @@ Environment:
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
@@ -26,20 +25,13 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from tests.infra.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 FAKEGPU_PY = REPO / "cluster" / "fakegpu.py"
 
 
-def _load_fakegpu():
-    spec = importlib.util.spec_from_file_location("miles_ray_fakegpu", FAKEGPU_PY)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fakegpu = _load_fakegpu()
+fakegpu = load_script("cluster/fakegpu.py", "miles_ray_fakegpu")
 
 
 def _required() -> bool:

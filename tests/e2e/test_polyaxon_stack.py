@@ -14,7 +14,6 @@ Stack pieces: cluster/polyaxon_stack.py, pins: cluster/polyaxon-versions.env.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import sys
 import time
@@ -25,7 +24,9 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.conftest import _wait_for as _poll
 from tests.infra import haupt
+from tests.infra.scripts import load_script
 
 pytestmark = pytest.mark.e2e
 
@@ -36,16 +37,7 @@ NODES = 2
 OWNER, PROJECT, RUN_NAME = "default", "miles-stack", "px-stack"
 
 
-def _load_stack_module():
-    spec = importlib.util.spec_from_file_location("miles_ray_polyaxon_stack", REPO / "cluster" / "polyaxon_stack.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-pstack = _load_stack_module()
+pstack = load_script("cluster/polyaxon_stack.py", "miles_ray_polyaxon_stack")
 
 
 def _required() -> bool:
@@ -59,15 +51,6 @@ def _skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _poll(what: str, fn, timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
 
 
 def _create_volume(core_v1, namespace: str, claim: str) -> str:

@@ -9,7 +9,6 @@ Skips loudly when the venv cannot be created or the server cannot start, unless
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -17,22 +16,11 @@ from typing import Any, Iterator
 
 import pytest
 
-_HAUPT_PY = Path(__file__).resolve().parents[1] / "infra" / "haupt.py"
+from tests.infra import haupt
 
 
-def _load_haupt():
-    name = "miles_ray_tests_haupt"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _HAUPT_PY)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
-haupt = _load_haupt()
 
 
 def _polyaxon_required() -> bool:
