@@ -118,7 +118,11 @@ def up_cmd(
             raise ConfigError("--single-node creates a Polyaxon job (the launcher starts Ray inside its pod)",
                               hint="drop --backend local / --via kuberay with --single-node")
         with progress_display(f"creating single-node job {cfg.name}", quiet=output is not Output.table) as p:
-            result = _up_single_node(cfg, dry_run.value if dry_run else None, wait, timeout, p)
+            from miles_ray.cli.render import build_single_node_document
+            from miles_ray.services.kube import up_single_node
+
+            op, warnings = build_single_node_document(cfg)
+            result = up_single_node(cfg, op, warnings, dry_run.value if dry_run else None, wait, timeout, p)
         for w in result.get("warnings", []):
             err.print(f"[yellow]warning:[/] {w}")
         emit(result, output, lambda: out.print(
@@ -142,42 +146,3 @@ def up_cmd(
         emit(status, output, lambda: nodes_table(status))
     else:
         emit(status, output, lambda: kube_summary(status))
-
-
-def _up_single_node(cfg, dry_run, wait: bool, timeout: float, progress) -> dict:
-    """Create the seed's single-node job through the Polyaxon API (idempotent by name and content).
-
-    Layering note: this orchestration belongs in a service (services/kube.py is owned elsewhere); it only
-    calls the Polyaxon adapters and the pure builder."""
-    from miles_ray.adapters import polyaxon_api
-    from miles_ray.cli.render import build_single_node_document
-    from miles_ray.core.errors import ClusterError
-
-    op, warnings = build_single_node_document(cfg)
-    client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
-    result: dict = {"name": cfg.name, "kind": "single-node", "project": f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}",
-                    "warnings": warnings}
-    progress(f"checking Polyaxon project {cfg.polyaxon_owner}/{cfg.polyaxon_project} at {client.host}")
-    client.check_project(cfg.polyaxon_owner, cfg.polyaxon_project)
-    known = polyaxon_api.list_agent_connections(cfg.polyaxon_host, cfg.polyaxon_owner)
-    if known is not None and cfg.connection not in known:
-        raise ClusterError(f"the Polyaxon agent does not know connection(s) {cfg.connection} "
-                           f"(known: {', '.join(sorted(known)) or 'none'})",
-                           hint="register the connection in the agent config, or set 'connection'")
-    if dry_run:
-        result.update({"dry_run": dry_run, "created": False, "operation": op})
-        return result
-    meta = {"miles_ray": {"recipe": cfg.recipe, "kind": "single-node", "gpus_per_node": cfg.gpus_per_node,
-                          "image": cfg.image}}
-    uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
-                                   tags=op.get("tags"), meta=meta, known_connections=known)
-    progress(f"created Polyaxon run {uuid}")
-    result.update({"created": True, "polyaxon_uuid": uuid,
-                   "output_dir": f"{cfg.mount_path}/{cfg.runs_dir}/{uuid}"})
-    if wait:
-        progress(f"waiting up to {timeout:.0f}s for run {uuid} to start (Polyaxon's agent schedules the pod)")
-        run = client.wait_for_status(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, {"running", "succeeded"}, timeout)
-    else:
-        run = client.get_run(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, with_conditions=False)
-    result["status"] = run.get("status")
-    return result

@@ -181,28 +181,63 @@ def _drift(existing: dict, wanted: dict) -> list[str]:
     return diffs
 
 
-def _up_polyaxon(cfg, api, plan, build_operation, result, progress, timeout, dry_run, wait, ray_check):
+def polyaxon_preflight(cfg: MilesRayConfig, op: dict, progress: Progress = None):
+    """Before creating an operation: the project exists, and (when the agent's connections are known) every
+    connection the operation names is one the agent has. Returns (client, known connections or None)."""
     from miles_ray.adapters import polyaxon_api, polyaxon_spec
 
-    op = build_operation(cfg, plan, cfg.image, cfg.ray_version)
-    polyaxon_spec.validate_operation(op)
     client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
+    _say(progress, f"checking Polyaxon project {cfg.polyaxon_owner}/{cfg.polyaxon_project} at {client.host}")
     client.check_project(cfg.polyaxon_owner, cfg.polyaxon_project)
     known = polyaxon_api.list_agent_connections(cfg.polyaxon_host, cfg.polyaxon_owner)
-    wanted = polyaxon_spec.connection_names(op)
     if known is not None:
-        missing = sorted(set(wanted) - set(known))
+        missing = sorted(set(polyaxon_spec.connection_names(op)) - set(known))
         if missing:
             raise ClusterError(f"the Polyaxon agent does not know connection(s) {', '.join(missing)} "
                                f"(known: {', '.join(sorted(known)) or 'none'})",
                                hint="register the connection in the agent config, or set 'connection'")
+    return client, known
+
+
+def up_single_node(cfg: MilesRayConfig, op: dict, warnings: list[str], dry_run: str | None, wait: bool,
+                   timeout: float, progress: Progress = None) -> dict[str, Any]:
+    """Create the seed's single-node job (built and validated by the caller) through the Polyaxon API,
+    idempotent by name and content."""
+    client, known = polyaxon_preflight(cfg, op, progress)
+    result: dict[str, Any] = {"name": cfg.name, "kind": "single-node",
+                              "project": f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}", "warnings": warnings}
+    if dry_run:
+        result.update({"dry_run": dry_run, "created": False, "operation": op})
+        return result
+    meta = {"miles_ray": {"recipe": cfg.recipe, "kind": "single-node", "gpus_per_node": cfg.gpus_per_node,
+                          "image": cfg.image}}
+    uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
+                                   tags=op.get("tags"), meta=meta, known_connections=known)
+    _say(progress, f"created Polyaxon run {uuid}")
+    result.update({"created": True, "polyaxon_uuid": uuid,
+                   "output_dir": f"{cfg.mount_path}/{cfg.runs_dir}/{uuid}"})
+    if wait:
+        _say(progress, f"waiting up to {timeout:.0f}s for run {uuid} to start (Polyaxon's agent schedules the pod)")
+        run = client.wait_for_status(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, {"running", "succeeded"}, timeout)
+    else:
+        run = client.get_run(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, with_conditions=False)
+    result["status"] = run.get("status")
+    return result
+
+
+def _up_polyaxon(cfg, api, plan, build_operation, result, progress, timeout, dry_run, wait, ray_check):
+    from miles_ray.adapters import polyaxon_spec
+
+    op = build_operation(cfg, plan, cfg.image, cfg.ray_version)
+    polyaxon_spec.validate_operation(op)
+    client, known = polyaxon_preflight(cfg, op)
     if dry_run:
         result.update({"dry_run": dry_run, "created": False, "operation": op})
         return result
     meta = {"miles_ray": {"recipe": plan.recipe, "recipe_hash": plan.recipe_hash, "nodes": plan.nodes,
                           "gpus_per_node": plan.gpus_per_node, "layout": plan.layout, "image": cfg.image}}
     uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
-                                   tags=op.get("tags"), meta=meta)
+                                   tags=op.get("tags"), meta=meta, known_connections=known)
     raycluster = f"plx-operation-{uuid}"
     state.atomic_write_json(_record_path(cfg), {"name": cfg.name, "via": "polyaxon", "raycluster": raycluster,
                                                 "namespace": cfg.namespace, "context": cfg.kube_context,
