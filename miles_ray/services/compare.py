@@ -20,8 +20,11 @@ def run_metrics(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | No
     if record.get("mode") == "launcher":
         return None, ("a launcher-mode run: the upstream launcher submits its own Ray job, which miles-ray "
                       "does not track")
+    from miles_ray.services.jobs import reach
+
     try:
-        text = ray_jobs.logs(record["address"], record["submission_id"])
+        with reach(record["address"], record.get("kube_context")) as url:  # k8s:// heads via port-forward
+            text = ray_jobs.logs(url, record["submission_id"])
     except ClusterError as e:
         return None, f"no job log ({e.message})"
     return parse_metrics(text or ""), None

@@ -118,13 +118,20 @@ def list_checkpoints_local(output_dir: str, extra: list[str]) -> dict[str, Any]:
 
 def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120) -> dict[str, Any]:
     """List ``<output_dir>/checkpoints`` through a tiny Ray job on the run's head (see module doc)."""
+    from miles_ray.services.jobs import reach
+
+    with reach(record["address"], record.get("kube_context")) as url:  # k8s:// heads via port-forward
+        return _list_checkpoints_at(url, record, extra, timeout)
+
+
+def _list_checkpoints_at(url: str, record: dict[str, Any], extra: list[str], timeout: float) -> dict[str, Any]:
     import datetime as _dt
     from urllib.parse import urlparse
 
     from miles_ray.adapters import ray_jobs
 
-    url = record["address"]
-    host = urlparse(url).hostname or ""
+    # the head's own address (not a port-forward's 127.0.0.1) tells whether it runs on this machine
+    host = urlparse(record["address"]).hostname or ""
     py = sys.executable if host in ("127.0.0.1", "localhost", "::1") else "python3"
     root = f"{record['output_dir'].rstrip('/')}/checkpoints"
     entry = shlex.join([py, "-c", _LIST_SCRIPT, root, *extra])
