@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MILES_RAY_SHARED", REPO.parent / "shared"))
 DIGEST = "sha256:" + "3f" * 32  # a well-formed example digest (no registry is contacted in tests)
 IMAGE = f"radixark/miles:latest@{DIGEST}"
 

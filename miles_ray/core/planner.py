@@ -184,7 +184,7 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
         else:
             r, r_nodes = 0, 0
         na = nodes - r_nodes
-        a = na * g
+        a = max(na, 0) * g  # no trainer node left: 0 trainer GPUs (not a negative count offsetting R)
         if r <= 0:
             errors.append(Violation(rule="disagg-rollout-explicit",
                                     message="disaggregated layout needs rollout GPUs: pass --rollout-nodes or --rollout-gpus"))

@@ -102,8 +102,11 @@ def delete_rc(custom_objects: Any, ns: str, name: str) -> None:
 
 def test_gpu_nodes_advertise_gpus(fake_k8s: Any, core_v1: Any) -> None:
     nodes = {n.metadata.name: n for n in core_v1.list_node().items}
-    assert set(fake_k8s.nodes) <= set(nodes)
-    assert len(fake_k8s.gpu_nodes) >= 2
+    assert set(nodes) == set(fake_k8s.nodes)  # exactly the nodes the control plane was started with
+    gpu_labelled = {name for name, n in nodes.items()
+                    if (n.metadata.labels or {}).get("nvidia.com/gpu.present") == "true"}
+    assert gpu_labelled == set(fake_k8s.gpu_nodes)
+    assert len(fake_k8s.gpu_nodes) >= 2, "the tests below need two GPU nodes for two 8-GPU workers"
     for name in fake_k8s.gpu_nodes:
         node = nodes[name]
         assert node.status.capacity[GPU] == "8"
@@ -225,7 +228,7 @@ def test_deleting_raycluster_garbage_collects_pods(
 
 
 def test_rbac_is_enforced_for_service_accounts(
-    fake_k8s: Any, core_v1: Any, custom_objects: Any, namespace: str, k8s_api: Any
+    fake_k8s: Any, core_v1: Any, custom_objects: Any, namespace: str, k8s_api: Any, wait_for: Any
 ) -> None:
     """Authorization is Node,RBAC: a ServiceAccount may create RayClusters only once a Role allows it."""
     from kubernetes import client
@@ -263,6 +266,12 @@ def test_rbac_is_enforced_for_service_accounts(
             "subjects": [{"kind": "ServiceAccount", "name": "launcher", "namespace": namespace}],
         },
     )
+    # The authorizer sees the new binding through its informer cache: wait until it answers "allowed".
+    review = {"spec": {"resourceAttributes": {"group": GROUP, "resource": PLURAL, "verb": "create",
+                                              "namespace": namespace}}}
+    auth = client.AuthorizationV1Api(client.ApiClient(cfg))
+    wait_for("the launcher's RayCluster create to be authorized",
+             lambda: auth.create_self_subject_access_review(review).status.allowed, timeout=30)
     created = as_launcher.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     assert created["metadata"]["name"] == "rc-rbac"
     # Still no access to anything else.

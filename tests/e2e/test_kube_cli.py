@@ -222,9 +222,15 @@ def test_concurrent_scales_end_consistent(kube_env, k8s_api, custom_objects, nam
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert all(not isinstance(r, Exception) for r in results.values()), results
+    # Each write is guarded by the resourceVersion it read, so the two land one after the other: the one
+    # with the higher generation landed last, and its replicas are what the cluster holds.
+    generations = {n: patched["metadata"]["generation"] for n, (patched, _) in results.items()}
+    assert len(set(generations.values())) == 2, generations
+    last = max(generations, key=generations.get)
     [rc] = rayclusters(custom_objects, namespace)
     g = rc["spec"]["workerGroupSpecs"][0]
-    assert g["replicas"] in (1, 3)
+    assert rc["metadata"]["generation"] == generations[last]
+    assert g["replicas"] == last
     assert g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
 
 

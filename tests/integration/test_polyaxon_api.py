@@ -152,8 +152,11 @@ def polyaxon_connections() -> list[dict]:
 
 def test_stop_and_delete(api, project):
     run_uuid = api.create_operation(OWNER, project, miles_operation())
+    # A queued run is handed to the agent, so stopping it waits for the agent: "stopping" (a run still
+    # created/compiled would be stopped on the spot). Wait for queued, then the outcome is exact.
+    api.wait_for_status(OWNER, project, run_uuid, {"queued"}, timeout=30)
     api.stop_run(OWNER, project, run_uuid)
-    assert api.get_run(OWNER, project, run_uuid)["status"] in ("stopping", "stopped")
+    assert api.get_run(OWNER, project, run_uuid)["status"] == "stopping"
     api.delete_run(OWNER, project, run_uuid)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
+import hashlib
 import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,11 +20,13 @@ from miles_ray.core.builders import build_operation, build_raycluster, head_and_
 from miles_ray.core.config import load_config
 from miles_ray.core.planner import plan_split
 from miles_ray.core.recipes import BUILTIN
-from tests.conftest import IMAGE, SHARED
+from tests.conftest import IMAGE, REPO
 
 RAY = "2.60.0"
 CASES = [(name, n, g) for name in BUILTIN for n in (1, 2, 4, 8, 16) for g in (8, 4)
          if plan_split(BUILTIN[name], n, g).feasible]
+CRD_DIR = REPO / "tests" / "data" / "kuberay"
+CRD_FILE = CRD_DIR / "ray.io_rayclusters.yaml"
 
 
 def _docs(name: str, n: int, g: int, **extra):
@@ -26,31 +35,109 @@ def _docs(name: str, n: int, g: int, **extra):
     return cfg, plan, build_raycluster(cfg, plan, IMAGE, RAY), build_operation(cfg, plan, IMAGE, RAY)
 
 
+def _key_values(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of a file (comments and blank lines skipped)."""
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+SOURCE = _key_values(CRD_DIR / "SOURCE")
+
+
 @functools.lru_cache(maxsize=1)
-def shared_crd_validator():
-    """The CRD as shipped by KubeRay (test data in shared/), independent of the copy in the package."""
+def kuberay_crd() -> dict:
+    """The RayCluster CRD as shipped by KubeRay (tests/data/kuberay), after checking its recorded sha256;
+    independent of the schema copy in the package."""
+    raw = CRD_FILE.read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == SOURCE["SHA256"], f"{CRD_FILE} differs from the recorded sha256"
+    return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when there: 10x faster
+
+
+def kuberay_v1_schema() -> dict:
+    [v1] = [v for v in kuberay_crd()["spec"]["versions"] if v["name"] == "v1"]
+    return v1["schema"]["openAPIV3Schema"]
+
+
+@functools.lru_cache(maxsize=1)
+def kuberay_crd_validator():
     from openapi_schema_validator import OAS30Validator
 
     from miles_ray.adapters.crd_schema import _strict
 
-    crd = yaml.safe_load((SHARED / "schemas/kuberay/ray.io_rayclusters.yaml").read_text())
-    [v1] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    schema = _strict(v1["schema"]["openAPIV3Schema"])
+    schema = _strict(kuberay_v1_schema())
     schema["properties"]["metadata"] = {"type": "object"}
     return OAS30Validator(schema)
 
 
-def test_packaged_schema_is_the_shared_one() -> None:
+def test_crd_copy_is_the_recorded_kuberay_release() -> None:
+    """The copy is the file KubeRay ships at the version the fake-GPU control plane runs."""
+    versions = _key_values(REPO / "cluster" / "versions.env")
+    assert SOURCE["MODULE"] == "github.com/ray-project/kuberay/ray-operator"
+    assert SOURCE["VERSION"] == versions["KUBERAY_VERSION"], "refresh tests/data/kuberay (see its SOURCE)"
+    assert SOURCE["PATH_IN_MODULE"] == "config/crd/bases/ray.io_rayclusters.yaml"
+    crd = kuberay_crd()  # checks the sha256
+    assert crd["kind"] == "CustomResourceDefinition" and crd["metadata"]["name"] == "rayclusters.ray.io"
+    assert [v["name"] for v in crd["spec"]["versions"] if v.get("storage")] == ["v1"]
+
+
+def _go_module_cache() -> Path | None:
+    if os.environ.get("GOMODCACHE"):
+        return Path(os.environ["GOMODCACHE"])
+    go = shutil.which("go")
+    if go:
+        proc = subprocess.run([go, "env", "GOMODCACHE"], capture_output=True, text=True, timeout=30)
+        if proc.returncode == 0 and proc.stdout.strip():
+            return Path(proc.stdout.strip())
+    default = Path.home() / "go" / "pkg" / "mod"
+    return default if default.is_dir() else None
+
+
+def _module_h1(zip_path: Path) -> str:
+    """The Go checksum (go.sum "h1:") of a module zip: dirhash Hash1 over its files."""
+    with zipfile.ZipFile(zip_path) as z:
+        summary = "".join(f"{hashlib.sha256(z.read(n)).hexdigest()}  {n}\n" for n in sorted(z.namelist()))
+    return "h1:" + base64.b64encode(hashlib.sha256(summary.encode()).digest()).decode()
+
+
+def test_crd_copy_equals_the_file_in_the_module_zip() -> None:
+    """When the Go module cache holds KubeRay's module zip (cluster/build.sh downloads it), the zip has the
+    recorded Go checksum and the copy is byte for byte the file inside it."""
+    cache = _go_module_cache()
+    escaped = "".join(f"!{c.lower()}" if c.isupper() else c for c in SOURCE["MODULE"])
+    zip_path = cache / "cache" / "download" / escaped / "@v" / f"{SOURCE['VERSION']}.zip" if cache else None
+    if zip_path is None or not zip_path.is_file():
+        pytest.skip(f"{SOURCE['MODULE']}@{SOURCE['VERSION']} is not in the Go module cache ({zip_path})")
+    assert _module_h1(zip_path) == SOURCE["MODULE_SUM"]
+    with zipfile.ZipFile(zip_path) as z:
+        inside = z.read(f"{SOURCE['MODULE']}@{SOURCE['VERSION']}/{SOURCE['PATH_IN_MODULE']}")
+    assert inside == CRD_FILE.read_bytes()
+
+
+def test_packaged_schema_is_kuberays() -> None:
+    """The schema `render` validates against is exactly the v1 OpenAPI schema of KubeRay's CRD."""
     from importlib import resources
 
     packaged = json.loads(resources.files("miles_ray.schemas").joinpath("raycluster_v1.json").read_text())
-    assert packaged == json.loads((SHARED / "schemas/kuberay/raycluster_v1_openapi_schema.json").read_text())
+    expected = kuberay_v1_schema()
+    assert packaged == expected, (f"miles_ray/schemas/raycluster_v1.json is not the v1 schema of KubeRay "
+                                  f"{SOURCE['VERSION']}; differences: {_differences(packaged, expected)[:8]}")
+
+
+def _differences(a, b, path: str = "") -> list[str]:
+    """Paths where two JSON documents differ (for a readable failure)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b))
+                for d in (_differences(a[k], b[k], f"{path}/{k}") if k in a and k in b
+                          else [f"{path}/{k} only in {'the package' if k in a else 'KubeRay'}"])]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{path}/{i}")]
+    return [] if a == b else [f"{path} differs"]
 
 
 @pytest.mark.parametrize("name,n,g", CASES)
 def test_raycluster_valid_and_aligned(name: str, n: int, g: int) -> None:
     cfg, plan, rc, _ = _docs(name, n, g)
-    errors = list(shared_crd_validator().iter_errors(rc))
+    errors = list(kuberay_crd_validator().iter_errors(rc))
     assert not errors, errors[0].message
     spec = rc["spec"]
     assert spec["rayVersion"] == RAY
@@ -99,7 +186,7 @@ def test_schema_rejects_a_broken_raycluster() -> None:
     bad["spec"]["workerGroupSpecs"][0]["replicas"] = "four"
     with pytest.raises(SpecError, match="replicas"):
         validate_raycluster(bad)
-    assert list(shared_crd_validator().iter_errors(bad))
+    assert list(kuberay_crd_validator().iter_errors(bad))
 
 
 @pytest.mark.parametrize("name,n,g", [c for c in CASES if c[2] == 8])

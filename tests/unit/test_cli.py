@@ -3,10 +3,14 @@ and a start-up that never imports ray, polyaxon or kubernetes."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -145,24 +149,172 @@ def test_console_script_runs() -> None:
     assert res.returncode == 0 and json.loads(res.stdout)["feasible"] is True
 
 
-# --- generated inputs: whatever the arguments, the CLI answers with an exit code, never a traceback ----
+# --- generated inputs: the exit code is the one the arguments call for, and never a traceback -------------
+#
+# Arguments are drawn as segments whose meaning is known (an option with a value, a flag, a stray word, an
+# unknown option, an option left without its value at the end), so the expected outcome is worked out from
+# the CLI's documented surface (`--help`: options, value ranges and choices), Kubernetes naming rules, the
+# image pinning policy and the independent split oracle -- not from the command code.
 
-_token = st.one_of(
-    st.sampled_from(["--nodes", "--gpus-per-node", "--recipe", "--layout", "--rollout-nodes", "--rollout-gpus",
-                     "--image", "--ray-version", "--name", "-o", "--format", "--namespace", "--allow-unpinned"]),
-    st.text(max_size=20),
-    st.integers(-5, 100).map(str),
+INT_RANGES = {"--nodes": (1, 4096), "--gpus-per-node": (1, 64), "--rollout-nodes": (0, 4096),
+              "--rollout-gpus": (1, 1 << 20)}
+CHOICES = {"--layout": {"colocated", "disaggregated"}, "-o": {"table", "json", "yaml"},
+           "--format": {"polyaxon", "polyaxon-cr", "kuberay", "all"}}
+PLAN_OPTIONS = {"--recipe", "--layout", "-o", *INT_RANGES}
+VALUE_OPTIONS = {
+    "plan": PLAN_OPTIONS,
+    "render": PLAN_OPTIONS - {"-o"} | {"--image", "--ray-version", "--name", "--namespace", "--format"},
+    "recipes": {"-o"},
+}
+FLAGS = {"plan": set(), "render": {"--allow-unpinned"}, "recipes": set()}
+IMAGES = {IMAGE: "pinned", "radixark/miles:latest": "tag only", "radixark/miles@sha256:abc": "malformed",
+          "": "empty"}
+RAY_VERSIONS = {"2.60.0": True, "2.9.3": True, "latest": False, "2.60": False, "": False}
+_name_text = st.text(alphabet="abcz09-_.A ", max_size=66)
+_VALUES = {
+    **{opt: st.integers(1, 16).map(str) | st.integers(-5, 100).map(str) | st.text(max_size=6)
+       for opt in INT_RANGES},
+    "--recipe": st.sampled_from(["Qwen3-4B", "Qwen3-32B", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "qwen3-4b",
+                                 "QWEN3.5-9B", "NoSuch"]) | st.text(max_size=12),
+    **{opt: st.sampled_from(sorted(choices)) | st.sampled_from(["Colocated", "JSON", "raycluster"])
+       | st.text(max_size=8) for opt, choices in CHOICES.items()},
+    "--image": st.sampled_from(sorted(IMAGES)),
+    "--ray-version": st.sampled_from(sorted(RAY_VERSIONS)),
+    "--name": st.sampled_from(["miles-x", "Bad_Name", "a" * 53, "a" * 54]) | _name_text,
+    "--namespace": st.sampled_from(["default", "team-a", "Team_A", "a" * 63, "a" * 64]) | _name_text,
+}
+ALL_VALUE_OPTIONS = sorted(set().union(*VALUE_OPTIONS.values()))
+# what `render` needs to succeed at all; most generated render command lines start from it
+RENDER_BASE = [("option", "--image", IMAGE), ("option", "--ray-version", "2.60.0")]
+
+
+@functools.lru_cache(maxsize=1)
+def _known_option_names() -> frozenset[str]:
+    """Every option name the three commands declare (their --help surface), to draw unknown ones."""
+    import typer
+
+    from miles_ray.cli.app import app
+
+    group = typer.main.get_command(app)
+    return frozenset({name for cmd in VALUE_OPTIONS for p in group.commands[cmd].params
+                      for name in [*p.opts, *p.secondary_opts]} | {"--help", "-h"})
+
+
+def _option(options: list[str]):
+    return st.sampled_from(options).flatmap(lambda opt: _VALUES[opt].map(lambda v: ("option", opt, v)))
+
+
+_defect = st.one_of(
+    _option(ALL_VALUE_OPTIONS),  # possibly an option of another command
+    st.just(("flag", "--allow-unpinned", None)),
+    st.text(max_size=10).filter(lambda t: not t.startswith("-")).map(lambda t: ("word", t, None)),
+    st.from_regex(r"--[a-z][a-z-]{1,12}", fullmatch=True).filter(lambda t: t not in _known_option_names())
+    .map(lambda t: ("unknown option", t, None)),
 )
 
 
+@st.composite
+def command_lines(draw) -> tuple[str, list[tuple], str | None]:
+    """(command, segments, an option left without its value at the end or None). Mostly the command's own
+    options (with valid and invalid values), sometimes a defect; render mostly starts from RENDER_BASE."""
+    cmd = draw(st.sampled_from(["plan", "render", "recipes"]))
+    own = _option(sorted(VALUE_OPTIONS[cmd]))
+    flags = [st.just(("flag", f, None)) for f in sorted(FLAGS[cmd])]
+    segment = st.integers(0, 9).flatmap(lambda k: st.one_of(own, *flags) if k < 8 else _defect)
+    base = RENDER_BASE if cmd == "render" and draw(st.integers(0, 4)) else []
+    segments = base + draw(st.lists(segment, max_size=6))
+    dangling = draw(st.sampled_from(ALL_VALUE_OPTIONS)) if draw(st.integers(0, 9)) == 0 else None
+    return cmd, segments, dangling
+
+
+def _int(text: str, opt: str) -> int | None:
+    """The option's value as the CLI reads an integer (pydantic's lax int), or None when out of its range."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        value = TypeAdapter(int).validate_python(text)
+    except ValidationError:
+        return None
+    low, high = INT_RANGES[opt]
+    return value if low <= value <= high else None
+
+
+def expected_outcome(cmd: str, segments: list[tuple], dangling: str | None) -> tuple[int, int]:
+    """(exit code, warning lines printed before the one error line) for these arguments."""
+    from miles_ray.core.recipes import BUILTIN
+    from tests.unit.planner_oracle import oracle
+
+    values: dict[str, str] = {}
+    allow_unpinned = False
+    for kind, token, value in segments:
+        if kind in ("word", "unknown option") or (kind == "flag" and token not in FLAGS[cmd]):
+            return 2, 0  # an extra argument or an option this command does not have
+        if kind == "option" and token not in VALUE_OPTIONS[cmd]:
+            return 2, 0
+        if kind == "flag":
+            allow_unpinned = True
+        else:
+            values[token] = value  # a repeated option: the last value counts
+    if dangling is not None:
+        return 2, 0  # an option without its value
+    ints = {opt: _int(values[opt], opt) for opt in INT_RANGES if opt in values}
+    if None in ints.values() or any(values[o] not in CHOICES[o] for o in CHOICES if o in values):
+        return 2, 0
+    if cmd == "recipes":
+        return 0, 0
+    g = ints.get("--gpus-per-node", 8)
+    lowered = {name.lower(): name for name in BUILTIN}
+    recipe_name = values.get("--recipe", "Qwen3-4B")
+    if g + 1 > 64 or recipe_name.lower() not in lowered:
+        return 2, 0  # default cpus_per_node 64 must be >= GPUs + 1; an unknown recipe
+    if cmd == "render":
+        name, namespace = values.get("--name", "miles"), values.get("--namespace", "default")
+        if not (re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 53):
+            return 2, 0  # a RayCluster name is a DNS-1035 label of at most 53 characters
+        if not (re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace) and len(namespace) <= 63):
+            return 2, 0  # a namespace is a DNS-1123 label
+        image = IMAGES.get(values.get("--image", ""), "empty")
+        if image in ("empty", "malformed") or (image == "tag only" and not allow_unpinned):
+            return 2, 0
+        if not RAY_VERSIONS.get(values.get("--ray-version", ""), False):
+            return 2, 0
+    recipe = BUILTIN[lowered[recipe_name.lower()]]
+    layout = values.get("--layout", recipe.default_layout)
+    rollout_nodes, rollout_gpus = ints.get("--rollout-nodes"), ints.get("--rollout-gpus")
+    broken = oracle(recipe, ints.get("--nodes", 1), g, layout,
+                    *((rollout_nodes, rollout_gpus) if layout == "disaggregated" else (None, None)))
+    if not broken:
+        return 0, 0
+    if cmd == "render":
+        return 2, 0
+    # plan prints the plan's warnings before refusing: TP wider than a node, rollout sizes ignored when colocated
+    warnings = int(recipe.tensor_parallel > g) + int(layout == "colocated" and bool(rollout_nodes or rollout_gpus))
+    return 2, warnings
+
+
+def _argv(segments: list[tuple], dangling: str | None) -> list[str]:
+    args = [t for kind, token, value in segments for t in ((token, value) if kind == "option" else (token,))]
+    return args + ([dangling] if dangling else [])
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cmd=st.sampled_from(["plan", "render", "recipes"]), rest=st.lists(_token, max_size=8))
-def test_generated_arguments_never_traceback(cli, clean_env, cmd, rest) -> None:
-    out_dir = clean_env / "gen-out"
-    args = [cmd, *rest] + (["--out", str(out_dir)] if cmd == "render" else [])
+@given(command_line=command_lines())
+def test_generated_arguments_get_their_exact_exit_code(cli, clean_env, command_line) -> None:
+    cmd, segments, dangling = command_line
+    out_dir = Path(tempfile.mkdtemp(dir=clean_env)) / "out"
+    args = [cmd, *(["--out", str(out_dir)] if cmd == "render" else []), *_argv(segments, dangling)]
+    want, warnings = expected_outcome(cmd, segments, dangling)
     code, out, err = cli(*args)
-    assert code in (0, 2), (args, code, err)
+    assert code == want, (args, code, err)
     assert "Traceback" not in out + err
     if code == 2:
-        assert err.count("\n") == 1 and err.startswith("error: "), (args, err)
+        lines = err.splitlines()
+        assert len(lines) == warnings + 1 and lines[-1].startswith("error: "), (args, err)
+        assert all(line.startswith("warning: ") for line in lines[:-1]), (args, err)
         assert not out_dir.exists()
+    else:
+        assert "error:" not in err, (args, err)
+        if cmd == "render":
+            formats = [value for kind, token, value in segments if token == "--format"]
+            files = sorted(p.name for p in out_dir.iterdir())
+            assert len(files) == (3 if formats[-1:] == ["all"] else 1) and all(f.endswith(".yaml") for f in files)

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from miles_ray.core.config import STARTER, MilesRayConfig, load_config
 from miles_ray.core.errors import ConfigError
+from tests.conftest import REPO
 
 
-def test_defaults_follow_the_seed() -> None:
+def test_defaults_follow_the_polyaxon_miles_guide() -> None:
+    """The defaults are the guide's single-node component: its connection, mount, dirs, GPUs and recipe."""
+    guide = yaml.safe_load((REPO / "tests" / "data" / "polyaxon_miles_guide_single_node.yaml").read_text())
+    run = guide["run"]
+    args = run["container"]["args"]
+    flag = {args[i]: args[i + 1] for i in range(0, len(args), 2)}
     cfg = load_config({}, environ={})
-    assert (cfg.connection, cfg.mount_path) == ("miles-data", "/mnt/miles")
-    assert (cfg.model_dir, cfg.data_dir) == ("/mnt/miles/models", "/mnt/miles/datasets")
-    assert cfg.output_dir("{{ globals.uuid }}") == "/mnt/miles/runs/{{ globals.uuid }}"
-    assert cfg.gpus_per_node == 8 and cfg.recipe == "Qwen3-4B"
+    assert run["connections"] == [cfg.connection] == ["miles-data"]
+    assert cfg.mount_path == "/mnt/miles"
+    assert (cfg.model_dir, cfg.data_dir) == (flag["--model-dir"], flag["--data-dir"])
+    assert cfg.output_dir("{{ globals.uuid }}") == flag["--output-dir"]
+    assert cfg.gpus_per_node == int(flag["--num-gpus-per-node"]) == 8
+    assert cfg.recipe == flag["--model-name"] == "Qwen3-4B"
+    assert cfg.miles_root == run["container"]["workingDir"]
 
 
 def test_precedence(tmp_path) -> None:

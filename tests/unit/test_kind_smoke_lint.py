@@ -1,9 +1,10 @@
 """The kind smoke test (scripts/kind-smoke.sh) and the GitHub workflows cannot run here (no Docker engine,
 no registry): they are linted (shellcheck, actionlint) and their pins and structure are checked here.
 
-The linters run when they are installed (shellcheck: Debian package; actionlint: `go install
-github.com/rhysd/actionlint/cmd/actionlint@v1.7.12`, found on PATH or in ~/go/bin) and are skipped with the
-reason otherwise. Everything else is plain Python.
+The linters are installed by scripts/test-tools.sh (ShellCheck: the Debian package; actionlint: built from its
+Go module into ${MILES_RAY_CACHE:-~/.cache/miles-ray}/bin/actionlint-<version>) and found on PATH or in that
+cache. A missing linter skips its test with the reason, or fails it when MILESRAY_TEST_STRICT=1 (the test
+switch scripts/test.sh sets in CI). Everything else is plain Python.
 """
 
 from __future__ import annotations
@@ -79,21 +80,38 @@ def smoke_vars(smoke) -> dict[str, str]:
 
 # -- linters ----------------------------------------------------------------------------------------
 
+TOOLS_SCRIPT = REPO / "scripts" / "test-tools.sh"
+
+
+def _missing(what: str) -> None:
+    """Skip the test for a linter that is not installed, or fail under MILESRAY_TEST_STRICT=1."""
+    message = f"{what} is not installed (scripts/test-tools.sh installs it)"
+    if os.environ.get("MILESRAY_TEST_STRICT") == "1":
+        pytest.fail(f"MILESRAY_TEST_STRICT=1 but {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def _tools_cache() -> Path:
+    return Path(os.environ.get("MILES_RAY_CACHE") or Path.home() / ".cache" / "miles-ray") / "bin"
+
+
+def _shellcheck() -> str | None:
+    return shutil.which("shellcheck")
+
+
 def _actionlint() -> str | None:
-    found = shutil.which("actionlint")
-    if found:
-        return found
-    for d in (os.environ.get("GOBIN"), os.environ.get("GOPATH") and Path(os.environ["GOPATH"]) / "bin",
-              Path.home() / "go" / "bin"):
-        if d and (Path(d) / "actionlint").is_file():
-            return str(Path(d) / "actionlint")
-    return None
+    """The pinned actionlint from the tools cache, else one on PATH."""
+    version = re.search(r"^ACTIONLINT_VERSION=(v\d+\.\d+\.\d+)$", TOOLS_SCRIPT.read_text(), re.M).group(1)
+    cached = _tools_cache() / f"actionlint-{version}"
+    if os.access(cached, os.X_OK):
+        return str(cached)
+    return shutil.which("actionlint")
 
 
 def test_shell_scripts_pass_shellcheck():
-    shellcheck = shutil.which("shellcheck")
+    shellcheck = _shellcheck()
     if not shellcheck:
-        pytest.skip("shellcheck is not installed (Debian: apt-get install -y shellcheck)")
+        _missing("shellcheck")
     scripts = sorted([*(REPO / "scripts").glob("*.sh"), *(REPO / "cluster").glob("*.sh")])
     assert SMOKE in scripts
     proc = subprocess.run([shellcheck, "-x", *(str(p.relative_to(REPO)) for p in scripts)], cwd=REPO,
@@ -104,11 +122,15 @@ def test_shell_scripts_pass_shellcheck():
 def test_workflows_pass_actionlint():
     actionlint = _actionlint()
     if not actionlint:
-        pytest.skip("actionlint is not installed (go install github.com/rhysd/actionlint/cmd/actionlint@v1.7.12)")
+        _missing("actionlint")
     files = _workflow_files()
     assert files, "no workflows in .github/workflows"
-    # actionlint also runs shellcheck on every run: block when shellcheck is on PATH
-    proc = subprocess.run([actionlint, "-color=false", *(str(p.relative_to(REPO)) for p in files)], cwd=REPO,
+    # actionlint also runs shellcheck on every `run:` block: give it the same shellcheck (required)
+    shellcheck = _shellcheck()
+    if not shellcheck:
+        _missing("shellcheck")
+    proc = subprocess.run([actionlint, "-color=false", f"-shellcheck={shellcheck}",
+                           *(str(p.relative_to(REPO)) for p in files)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"actionlint:\n{proc.stdout}{proc.stderr}"
 

@@ -7,11 +7,12 @@ import pytest
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.recipes import BUILTIN, catalog, get_recipe, load_recipe_file
 
-SEED = ["Qwen3-4B", "Qwen3-32B", "Qwen3.5-4B", "Qwen3.5-9B", "Qwen3.5-27B", "Qwen3.6-27B", "Qwen3.8-27B"]
+# the recipes of the upstream dense launcher, scripts/run_qwen3_dense.py
+DENSE_LAUNCHER_RECIPES = ["Qwen3-4B", "Qwen3-32B", "Qwen3.5-4B", "Qwen3.5-9B", "Qwen3.5-27B", "Qwen3.6-27B", "Qwen3.8-27B"]
 
 
-def test_catalog_has_every_seed_recipe_a_moe_and_a_disaggregated_one() -> None:
-    assert set(SEED) <= set(BUILTIN)
+def test_catalog_has_every_dense_launcher_recipe_a_moe_and_a_disaggregated_one() -> None:
+    assert set(DENSE_LAUNCHER_RECIPES) <= set(BUILTIN)
     assert any(r.is_moe and r.expert_parallel > 1 for r in BUILTIN.values())
     assert any(r.default_layout == "disaggregated" for r in BUILTIN.values())
     q = BUILTIN["Qwen3-4B"]
