@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_control_plane.py [--nodes 4] [--repeat 1] [--json]
 
 Reports: the cold build (timed now if the cache is empty, otherwise "cached" plus the times
-recorded by the cold build in $MILES_RAY_CACHE/build-times.tsv), the warm start time (up until
+recorded by the cold build in $MILESRAY_TEST_CACHE/build-times.tsv), the warm start time (up until
 ready: apiserver /readyz, nodes Ready, CRDs Established, operator ready), memory (RSS and PSS of
 every started process, summed) once ready, and the down time.
 """

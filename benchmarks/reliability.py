@@ -8,10 +8,11 @@
    render, submit and init in-process; every output and file produced is scanned (must be 0 leaks).
 3. kill -9 during state writes: a writer killed mid-write repeatedly while a reader reads (0 torn reads).
 4. The suite (unless --no-suite): ``pytest tests/reliability`` against the real components (fake-GPU
-   Kubernetes with KubeRay, local Ray, the Polyaxon sandbox); each fault/race test writes what it injected
-   and whether miles-ray survived to a ledger, which is counted here.
+   Kubernetes with KubeRay, local Ray, the Polyaxon sandbox); each fault/race/scan test registers what it
+   injects in a ledger ($MILESRAY_TEST_LEDGER), and the test's own outcome is written beside it when the
+   test ends (tests/reliability/conftest.py): a fault counts as survived only if its test passed.
 
-Run: .venv/bin/python benchmarks/reliability.py [--examples 6700] [--no-suite]
+Run: .venv/bin/python benchmarks/reliability.py [--examples 6700] [--no-suite] [--fail-fast]
 """
 
 from __future__ import annotations
@@ -115,11 +116,13 @@ def kill9_writes(rounds: int = 20) -> dict:
     return {"kills": rounds, **stats}
 
 
-def suite(ledger: Path) -> dict:
-    env = {**os.environ, "MILES_RAY_TEST_LEDGER": str(ledger), "PYTHONPATH": str(REPO)}
+def suite(ledger: Path, fail_fast: bool) -> dict:
+    from tests.infra.knobs import LEDGER
+
+    env = {**os.environ, LEDGER: str(ledger), "PYTHONPATH": str(REPO)}
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/reliability",
-                          "-m", "e2e or ray or polyaxon", *(["-x"] if os.environ.get("BENCH_FAIL_FAST") else [])],
+                          "-m", "e2e or ray or polyaxon", *(["-x"] if fail_fast else [])],
                          cwd=REPO, env=env, capture_output=True, text=True)
     tail = [ln for ln in res.stdout.splitlines() if " passed" in ln or " failed" in ln or " error" in ln][-1:] or [""]
     events = [json.loads(ln) for ln in ledger.read_text().splitlines()] if ledger.exists() else []
@@ -132,6 +135,7 @@ def main() -> int:
     ap.add_argument("--examples", type=int, default=6700,
                     help="generated argument lists (config and recipe files add a quarter each)")
     ap.add_argument("--no-suite", action="store_true", help="skip the pytest suite against real components")
+    ap.add_argument("--fail-fast", action="store_true", help="stop the suite at its first failure (pytest -x)")
     args = ap.parse_args()
 
     rows: list[tuple[str, str, str]] = []
@@ -141,13 +145,13 @@ def main() -> int:
     k = kill9_writes()
     faults_injected = k["kills"]
     faults_survived = k["kills"] if k["torn"] == 0 else 0
-    races = races_ok = 0
+    races = races_ok = scans_failed = 0
     leak_scans = len(c["leaks"])
     s = None
     if not args.no_suite:
         with tempfile.TemporaryDirectory() as tmp:
-            s = suite(Path(tmp) / "ledger.jsonl")
-        for e in s["events"]:
+            s = suite(Path(tmp) / "ledger.jsonl", args.fail_fast)
+        for e in s["events"]:  # "ok" is the outcome of the test that injected the event
             if e["kind"] == "fault":
                 faults_injected += 1
                 faults_survived += bool(e["ok"])
@@ -156,6 +160,7 @@ def main() -> int:
                 races_ok += bool(e["ok"])
             elif e["kind"] == "leak_scan":
                 leak_scans += int(e.get("leaks", 0))
+                scans_failed += not e["ok"]
 
     rows += [
         ("generated inputs tried", f"{t.tried}", f"{f['seconds']:.0f} s in-process; exit 0: {t.ok}, refused (exit 2): "
@@ -169,7 +174,9 @@ def main() -> int:
         ("concurrent races run", f"{races}", f"consistent: {races_ok}" if s else "skipped (--no-suite)"),
         ("secrets leaked", f"{leak_scans}", f"canaries in {c['artifacts']} in-process artifacts from {c['attempts']} "
                                              "commands" + ("" if s is None else " + the suite's canary scan "
-                                                           "(render/up on Kubernetes/submit on Ray/runs/logs)")),
+                                                           "(render/up on Kubernetes/submit on Ray/runs/logs)"
+                                                           + (f"; {scans_failed} scan test(s) FAILED" if scans_failed
+                                                              else ""))),
     ]
     if s is not None:
         rows.append(("suite (pytest tests/reliability, real components)", s["summary"], f"{s['seconds']:.0f} s"))
@@ -184,8 +191,8 @@ def main() -> int:
         print("leaks:", c["leaks"])
     if s is not None and s["rc"] != 0:
         print(s["out"])
-    bad = t.traceback or t.bad_exit or leak_scans or (s is not None and (s["rc"] != 0 or races_ok != races)) \
-        or faults_survived != faults_injected
+    bad = t.traceback or t.bad_exit or leak_scans or scans_failed \
+        or (s is not None and (s["rc"] != 0 or races_ok != races)) or faults_survived != faults_injected
     return 1 if bad else 0
 
 

@@ -6,9 +6,9 @@
 #   cluster/build.sh --list     print "<component> <path>" for every component
 #   cluster/build.sh NAME...    build only these components
 #
-# Cache: ${MILES_RAY_CACHE:-$HOME/.cache/miles-ray}/bin/<component>-<version>
-#        ${MILES_RAY_CACHE:-$HOME/.cache/miles-ray}/crds/kuberay-<version>/*.yaml
-#        ${MILES_RAY_CACHE:-$HOME/.cache/miles-ray}/kwok-stages-<version>.yaml (kwok's default stages)
+# Cache: ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/bin/<component>-<version>
+#        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/crds/kuberay-<version>/*.yaml
+#        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/kwok-stages-<version>.yaml (kwok's default stages)
 # Versions: cluster/versions.env (the only place they are pinned).
 # Exit status 3: no Go toolchain found.
 set -euo pipefail
@@ -17,7 +17,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/versions.env disable=SC1091
 source "${HERE}/versions.env"
 
-CACHE="${MILES_RAY_CACHE:-${HOME}/.cache/miles-ray}"
+CACHE="${MILESRAY_TEST_CACHE:-${HOME}/.cache/miles-ray}"
 BIN="${CACHE}/bin"
 SRC="${CACHE}/src"
 CRDS="${CACHE}/crds/kuberay-${KUBERAY_VERSION}"

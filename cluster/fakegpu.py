@@ -45,7 +45,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 VERSIONS_FILE = HERE / "versions.env"
 BUILD_SH = HERE / "build.sh"
-DEFAULT_DIR = Path(os.environ.get("MILES_RAY_FAKEGPU_DIR", "/tmp/miles-ray-fakegpu"))
+DEFAULT_DIR = Path(os.environ.get("MILESRAY_TEST_FAKEGPU_DIR", "/tmp/miles-ray-fakegpu"))
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 GPU_RESOURCE = "nvidia.com/gpu"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -85,7 +85,7 @@ def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MILES_RAY_CACHE", str(Path.home() / ".cache" / "miles-ray")))
+    return Path(os.environ.get("MILESRAY_TEST_CACHE", str(Path.home() / ".cache" / "miles-ray")))
 
 
 def artifact_paths() -> dict[str, Path]:

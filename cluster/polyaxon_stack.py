@@ -11,7 +11,7 @@ What ``up`` does:
 
 1. installs the ``polyaxon.com/v1`` CRDs (Cluster, Job, Service, KfJob) pinned in
    ``polyaxon-versions.env`` (from the polyaxon/charts agent chart; cached under
-   ``$MILES_RAY_CACHE/crds/polyaxon-charts-<commit>/``);
+   ``$MILESRAY_TEST_CACHE/crds/polyaxon-charts-<commit>/``);
 2. starts the agent: ``polyaxon agent start`` from the haupt venv (polyaxon 2.18 with
    kubernetes_asyncio), unmanaged ("base agent": no agent uuid/token), with
    ``POLYAXON_HOST``, ``POLYAXON_K8S_NAMESPACE``, ``POLYAXON_K8S_IN_CLUSTER=false``,
@@ -19,7 +19,7 @@ What ``up`` does:
    ``GET /api/v1/orgs/default/agents/state`` and, for each queued run, converts it and creates its
    custom resource (``polyaxon.com/v1`` ``Cluster`` named ``plx-operation-<uuid>`` for raycluster
    runs) in the namespace;
-3. builds (once, cached as ``$MILES_RAY_CACHE/bin/mloperator-<version>``) and starts Polyaxon's
+3. builds (once, cached as ``$MILESRAY_TEST_CACHE/bin/mloperator-<version>``) and starts Polyaxon's
    operator, which turns that CR into a KubeRay ``RayCluster``. If it cannot be built, ``up``
    still runs the agent and records the exact reason (``mloperator_error``).
 
@@ -123,7 +123,7 @@ def crd_cache_dir(v: dict[str, str] | None = None) -> Path:
 
 
 def charts_git_dir() -> Path | None:
-    env = os.environ.get("MILES_RAY_POLYAXON_CHARTS_GIT")
+    env = os.environ.get("MILESRAY_TEST_POLYAXON_CHARTS_GIT")
     for cand in ([Path(env)] if env else []) + [DEFAULT_CHARTS_GIT]:
         if cand.is_dir():
             return cand
@@ -132,7 +132,7 @@ def charts_git_dir() -> Path | None:
 
 def ensure_crds(log: Callable[[str], None] = log_stderr) -> list[Path]:
     """The pinned Polyaxon CRD files, from the cache or extracted once from a polyaxon/charts git
-    repository (``$MILES_RAY_POLYAXON_CHARTS_GIT``, default the workplace's fetched copy)."""
+    repository (``$MILESRAY_TEST_POLYAXON_CHARTS_GIT``, default the workplace's fetched copy)."""
     v = read_versions()
     names = v["POLYAXON_CRDS"].split()
     out_dir = crd_cache_dir(v)
@@ -156,7 +156,7 @@ def ensure_crds(log: Callable[[str], None] = log_stderr) -> list[Path]:
     if git_dir is None or shutil.which("git") is None:
         raise StackUnavailable(
             f"Polyaxon CRDs are not cached in {out_dir} and no polyaxon/charts git repository is "
-            f"available to extract them from (set MILES_RAY_POLYAXON_CHARTS_GIT to a clone containing "
+            f"available to extract them from (set MILESRAY_TEST_POLYAXON_CHARTS_GIT to a clone containing "
             f"commit {commit})"
         )
     out_dir.mkdir(parents=True, exist_ok=True)

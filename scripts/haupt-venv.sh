@@ -12,7 +12,7 @@ set -euo pipefail
 
 HAUPT_VERSION="${HAUPT_VERSION:-2.18.0}"
 POLYAXON_VERSION="${POLYAXON_VERSION:-2.18.0}"
-CACHE_DIR="${MILES_RAY_CACHE:-$HOME/.cache/miles-ray}"
+CACHE_DIR="${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}"
 VENV="${HAUPT_VENV:-$CACHE_DIR/haupt-venv}"
 PYTHON="${HAUPT_PYTHON:-python3.11}"
 STAMP="$VENV/.miles-ray-stamp"

@@ -1,4 +1,6 @@
-"""Shared test helpers."""
+"""Shared test helpers. The real components every tier shares (one control plane, one local Ray cluster,
+one Polyaxon server per run) are session fixtures of the root plugin tests/infra/fixtures.py; the test
+knobs (``MILESRAY_TEST_*``) and the strict switch are in tests/infra/knobs.py."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["tests.infra.knobs", "tests.infra.fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "3f" * 32  # a well-formed example digest (no registry is contacted in tests)

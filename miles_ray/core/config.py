@@ -20,9 +20,8 @@ from miles_ray.core.safe_yaml import load_yaml_file
 
 ENV_PREFIX = "MILES_RAY_"
 CONFIG_FILE = "miles-ray.yaml"
-# MILES_RAY_* variables that are not config keys (test and tooling knobs).
-NON_CONFIG_ENV = {"CONFIG", "CACHE", "STATE_DIR", "REQUIRE_E2E", "FAKE_TRAIN_OUT", "HOME", "SHARED"}
-NON_CONFIG_PREFIXES = ("E2E_", "TEST_", "BENCH_", "FAKE_")
+# MILES_RAY_* variables that are not config keys.
+NON_CONFIG_ENV = {"CONFIG", "STATE_DIR", "FAKE_TRAIN_OUT"}
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -235,7 +234,7 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
             continue
         field = key[len(ENV_PREFIX):].lower()
         suffix = key[len(ENV_PREFIX):]
-        if suffix in NON_CONFIG_ENV or suffix.startswith(NON_CONFIG_PREFIXES):
+        if suffix in NON_CONFIG_ENV:
             continue
         if field not in FIELDS:
             raise ConfigError(f"unknown environment variable {key}",

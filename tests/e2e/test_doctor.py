@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import copy
 import json
-import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import DIGEST
-from tests.e2e.test_kube_cli import kube_args, kube_env, shared_volume, up_args  # noqa: F401 - fixtures
+from tests.e2e.test_kube_cli import kube_args, up_args
 
 pytestmark = pytest.mark.e2e
 
@@ -87,20 +87,42 @@ def test_pending_pod_whose_gpus_no_node_has(kube_env, cli, core_v1, custom_objec
     assert code == 1 and "pods_pending" in out and "fix:" in out and "largest has 8" in out
 
 
+class OperatorLog:
+    """The KubeRay operator's log (console encoder: one line per message, with the RayCluster's
+    namespace/name and the reconcile's ``reconcileID``), read from a byte offset on."""
+
+    def __init__(self, fake_k8s) -> None:
+        self.path = Path(fake_k8s.state["processes"]["kuberay-operator"]["log"])
+        self.offset = self.path.stat().st_size
+
+    def reconciled(self, namespace: str, name: str) -> bool:
+        """True once a reconcile of ``namespace/name`` that started after the offset has run to its end
+        (``Unconditional requeue after``: KubeRay found nothing more to do). A status that changed makes
+        the reconcile return early and be requeued; that one does not count."""
+        with open(self.path, errors="replace") as f:
+            f.seek(self.offset)
+            text = f.read()
+        ours = f'"RayCluster": {{"name":"{name}","namespace":"{namespace}"}}'
+        return any(ours in line and "Unconditional requeue after" in line for line in text.splitlines())
+
+
 def test_image_drift_after_patching_the_worker_image(kube_env, cli, core_v1, custom_objects, namespace,
                                                      shared_volume, wait_for):
     code, _, err = cli(*up_args(namespace, 2))
     assert code == 0, err
     before = {p.metadata.name for p in core_v1.list_namespaced_pod(
         namespace, label_selector="ray.io/cluster=miles-e2e,ray.io/node-type=worker").items}
+    oplog = OperatorLog(kube_env)
     custom_objects.patch_namespaced_custom_object(
         "ray.io", "v1", namespace, "rayclusters", "miles-e2e",
         [{"op": "replace", "path": "/spec/workerGroupSpecs/0/template/spec/containers/0/image", "value": OTHER_IMAGE}],
         _content_type="application/json-patch+json")
 
-    # KubeRay reconciles within its resync period and does not bump status.observedGeneration for a
-    # template-only change, so give it a few seconds and then require that the pods are still the old ones.
-    time.sleep(8)
+    # KubeRay does not bump status.observedGeneration for a template-only change, so wait for what shows that
+    # it has seen the patch: the reconcile the new generation triggers, run to its end in the operator's log.
+    # Then the pods must still be the old ones.
+    wait_for("KubeRay to reconcile the patched RayCluster", lambda: oplog.reconciled(namespace, "miles-e2e"),
+             timeout=60)
     workers = core_v1.list_namespaced_pod(namespace, label_selector="ray.io/cluster=miles-e2e,ray.io/node-type=worker").items
     assert {p.metadata.name for p in workers} == before  # KubeRay did not recreate the running pods
     code, rep, err = doctor(cli, namespace)

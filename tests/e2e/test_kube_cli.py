@@ -18,37 +18,6 @@ pytestmark = pytest.mark.e2e
 RAY = "2.60.0"
 
 
-@pytest.fixture
-def kube_env(fake_k8s, monkeypatch, tmp_path):
-    monkeypatch.setenv("KUBECONFIG", str(fake_k8s.kubeconfig))
-    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
-    for key in ("MILES_RAY_CONFIG", "RAY_ADDRESS"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return fake_k8s
-
-
-@pytest.fixture
-def shared_volume(core_v1, namespace):
-    """A bound ReadWriteMany claim named miles-data (static PV; nothing is mounted on kwok nodes)."""
-    from kubernetes import client
-
-    pv = f"miles-data-{namespace}"
-    core_v1.create_persistent_volume(client.V1PersistentVolume(
-        metadata=client.V1ObjectMeta(name=pv),
-        spec=client.V1PersistentVolumeSpec(capacity={"storage": "1Ti"}, access_modes=["ReadWriteMany"],
-                                           storage_class_name="", nfs=client.V1NFSVolumeSource(server="127.0.0.1", path="/miles"))))
-    core_v1.create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
-        metadata=client.V1ObjectMeta(name="miles-data"),
-        spec=client.V1PersistentVolumeClaimSpec(access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv,
-                                                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Ti"}))))
-    yield "miles-data"
-    try:
-        core_v1.delete_persistent_volume(pv)
-    except Exception:  # noqa: BLE001
-        pass
-
-
 def kube_args(namespace: str, name: str = "miles-e2e") -> list[str]:
     return ["--namespace", namespace, "--name", name]
 

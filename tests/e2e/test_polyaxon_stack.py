@@ -7,14 +7,13 @@ cluster's kubeconfig, and Polyaxon's operator (mloperator) when it can be built.
       --mloperator--> ray.io/v1 RayCluster --KubeRay--> head + GPU worker pods (kwok: Running)
 
 Each piece that cannot be had is SKIPPED with its exact reason (``pytest -rs`` shows it), unless
-``MILES_RAY_REQUIRE_POLYAXON_STACK=1``, which turns every such skip into a failure.
+``MILESRAY_TEST_STRICT=1``, which turns every such skip into a failure.
 Stack pieces: cluster/polyaxon_stack.py, pins: cluster/polyaxon-versions.env.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 import sys
 import time
 import uuid as uuidlib
@@ -24,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import _wait_for as _poll
 from tests.infra import haupt
+from tests.infra.fixtures import poll as _poll
+from tests.infra.knobs import unavailable
 from tests.infra.scripts import load_script
 
 pytestmark = pytest.mark.e2e
@@ -40,17 +40,8 @@ OWNER, PROJECT, RUN_NAME = "default", "miles-stack", "px-stack"
 pstack = load_script("cluster/polyaxon_stack.py", "miles_ray_polyaxon_stack")
 
 
-def _required() -> bool:
-    return os.environ.get("MILES_RAY_REQUIRE_POLYAXON_STACK", "") not in ("", "0", "false", "no")
-
-
 def _skip_or_fail(reason: str) -> None:
-    if _required():
-        pytest.fail(f"MILES_RAY_REQUIRE_POLYAXON_STACK=1 but: {reason}", pytrace=False)
-    print("\n" + "!" * 100 + f"\n!! POLYAXON STACK SKIPPED: {reason}\n" + "!" * 100, file=sys.stderr)
-    pytest.skip(reason)
-
-
+    unavailable("Polyaxon agent stack", reason)
 
 
 def _create_volume(core_v1, namespace: str, claim: str) -> str:
@@ -161,7 +152,7 @@ def submitted(px_stack, custom_objects):
 
     cfg, plan, op = _operation(px_stack.namespace)
     api = PolyaxonApi(px_stack.server.host)
-    api.check_project(OWNER, PROJECT, create=True)
+    px_stack.server.create_project(PROJECT, OWNER)
     t0 = time.monotonic()
     run_uuid = api.create_operation(OWNER, PROJECT, op, name=RUN_NAME,
                                     known_connections=[c["name"] for c in pstack.DEFAULT_CONNECTIONS])

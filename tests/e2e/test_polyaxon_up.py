@@ -9,22 +9,19 @@ import json
 import pytest
 
 from tests.conftest import IMAGE
-from tests.integration.conftest import polyaxon_server  # noqa: F401 - reuse the fixture
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def px_env(fake_k8s, polyaxon_server, monkeypatch, tmp_path):  # noqa: F811
+def px_env(fake_k8s, polyaxon_server, monkeypatch, tmp_path):
     monkeypatch.setenv("KUBECONFIG", str(fake_k8s.kubeconfig))
     monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("POLYAXON_HOST", polyaxon_server.host)
     # what the agent knows, so unknown connections are refused before anything is created
     monkeypatch.setenv("POLYAXON_AGENT_CONNECTIONS", json.dumps(polyaxon_server.connections))
     monkeypatch.chdir(tmp_path)
-    from miles_ray.adapters.polyaxon_api import PolyaxonApi
-
-    PolyaxonApi(host=polyaxon_server.host).check_project("default", "miles-e2e", create=True)
+    polyaxon_server.create_project("miles-e2e")
     return polyaxon_server
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.e2e.conftest import fakegpu
+from tests.infra.fixtures import fakegpu
 from tests.e2e.test_kube_cli import rayclusters, up_args
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,11 @@ The server runs with HOME pointed into ``workdir`` because ``haupt sandbox start
 a volume_claim ``miles-data`` mounted at ``/mnt/miles``). The sandbox compiles and queues runs; it
 has no agent that executes them.
 
-Command line (manual use):  python tests/infra/haupt.py [--port N] [--dir DIR]
+Create test projects with ``server.create_project(name)``, not with one bare POST: the sandbox
+sometimes answers a POST with ``405 Method Not Allowed`` while another POST is being served (see
+``create_project``), and its own cron thread POSTs ``/api/v1/orgs/default/agents/cron`` every ~2 s.
+
+Command line (manual use, from the repository root):  python -m tests.infra.haupt [--port N] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.infra.procs import default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_SCRIPT = REPO / "scripts" / "haupt-venv.sh"
@@ -47,7 +53,7 @@ class HauptUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MILES_RAY_CACHE") or Path.home() / ".cache" / "miles-ray")
+    return Path(os.environ.get("MILESRAY_TEST_CACHE") or Path.home() / ".cache" / "miles-ray")
 
 
 def venv_dir() -> Path:
@@ -159,6 +165,38 @@ class HauptServer:
             except subprocess.TimeoutExpired:
                 pass
 
+    def create_project(self, name: str, owner: str = "default", attempts: int = 8) -> dict:
+        """Create the project ``owner/name`` (or find it) and return it as the API does.
+
+        The sandbox (haupt 2.18, one uvicorn worker) sometimes fails to route a POST that arrives while
+        another POST is being served: the request falls through to its 404 handler, a GET-only view, so
+        the answer is ``405 Method Not Allowed`` (``Allow: GET, HEAD, OPTIONS``; server log
+        ``Method Not Allowed (POST): /api/v1/default/projects/create``) and nothing is created. Seen
+        here with 3-6 concurrent creates, right after start-up and minutes later alike (7 of 38 answered
+        405 on a quiet machine, 22 of 40 on a loaded one). The only other POSTer is the sandbox's own
+        cron thread (every ~2 s, forever), so there is no state to wait for: a 405 is retried, with a
+        bounded backoff (0.1 s doubling to 1.6 s, ~6 s in all)."""
+        body = json.dumps({"name": name}).encode()
+        status, text = 0, ""
+        for attempt in range(attempts):
+            req = urllib.request.Request(f"{self.host}/api/v1/{owner}/projects/create", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                status, text = e.code, e.read().decode(errors="replace")[:300]
+            if status != 405 or attempt + 1 == attempts:
+                break
+            time.sleep(min(0.1 * 2**attempt, 1.6))
+        try:  # e.g. it exists already (400): then it is what was asked for
+            with urllib.request.urlopen(f"{self.host}/api/v1/{owner}/{name}", timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError:
+            pass
+        raise HauptUnavailable(f"could not create project {owner}/{name} on {self.host}: HTTP {status} {text}\n"
+                               f"{self.log_tail(5)}")
+
 
 def _ready(host: str) -> bool:
     """Health endpoint up AND a database-backed API endpoint answering (migrations done)."""
@@ -206,7 +244,7 @@ def start(
             [str(venv / "bin" / "haupt"), "sandbox", "start", "--host", "127.0.0.1",
              "--port", str(p), "--workers", "1", "--path", str(root)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=str(workdir), start_new_session=True,
+            env=env, cwd=str(workdir), start_new_session=True, preexec_fn=default_signals,
         )
         log.close()
         server = HauptServer(host=host, port=p, pid=proc.pid, path=root, log_path=log_path,

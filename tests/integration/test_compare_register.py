@@ -126,7 +126,7 @@ def registry(polyaxon_server, monkeypatch):
 
     api = PolyaxonApi(polyaxon_server.host, retries=2, backoff=0.05)
     project = f"miles-{uuid.uuid4().hex[:8]}"
-    api.check_project("default", project, create=True)
+    polyaxon_server.create_project(project)
     return {"api": api, "host": polyaxon_server.host, "project": project,
             "pc": api._project_client("default", project)}
 

@@ -24,7 +24,7 @@ def test_launcher_runs_as_a_polyaxon_job_against_the_head(polyaxon_server, monke
 
     monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
     api = PolyaxonApi(host=polyaxon_server.host)
-    api.check_project("default", "miles-launch", create=True)
+    polyaxon_server.create_project("miles-launch")
     cfg = load_config({"nodes": 2, "image": IMAGE, "namespace": "ml", "name": "q4", "polyaxon_host": polyaxon_server.host,
                        "polyaxon_project": "miles-launch"}, environ={})
     recipe = BUILTIN["Qwen3-4B"]

@@ -35,9 +35,9 @@ def api(polyaxon_server) -> pa.PolyaxonApi:
 
 
 @pytest.fixture
-def project(api) -> str:
+def project(polyaxon_server) -> str:
     name = f"miles-{uuid.uuid4().hex[:8]}"
-    api.check_project(OWNER, name, create=True)
+    polyaxon_server.create_project(name, OWNER)
     return name
 
 

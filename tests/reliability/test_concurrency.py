@@ -33,13 +33,12 @@ def test_two_kube_ups_of_one_name(kube_env, custom_objects, namespace, shared_vo
     env = child_env(KUBECONFIG=str(kube_env.kubeconfig), MILES_RAY_STATE_DIR=str(tmp_path / "state"))
     args = ["up", "--via", "kuberay", "--nodes", "2", "--image", IMAGE, "--ray-version", RAY, "--no-ray-check",
             "--timeout", "150", "--namespace", namespace, "--name", "race"]
+    ledger.record("race", "two up --via kuberay")
     results = _both([cli_proc(args, env, tmp_path) for _ in range(2)])
     for code, out, err in results:
         assert code == 0 and "Traceback" not in err, err
     said = sorted("already existed" if "cluster race already existed" in out else
                   "created" if "cluster race created" in out else out for _, out, _ in results)
-    ok = said == ["already existed", "created"] and len(_rcs(custom_objects, namespace)) == 1
-    ledger.record("race", "two up --via kuberay", ok)
     assert said == ["already existed", "created"]  # one made it, the other found it and waited for it
     loser_err = next(err for _, out, err in results if "already existed" in out)
     assert "already exists" in loser_err  # its progress says so (with this spec / made by a concurrent up)
@@ -53,6 +52,7 @@ def test_two_scales_at_once_end_consistent(kube_env, cli, core_v1, custom_object
                        "--no-ray-check", "--timeout", "120", "--namespace", namespace, "--name", "scalerace")
     assert code == 0, err
     env = child_env(KUBECONFIG=str(kube_env.kubeconfig), MILES_RAY_STATE_DIR=str(tmp_path / "state"))
+    event = ledger.record("race", "two scale at once")
     procs = [cli_proc(["scale", "--nodes", str(n), "--no-wait", "--force", "--backend", "kubernetes", "--namespace",
                        namespace, "--name", "scalerace", "-o", "json"], env, tmp_path) for n in (4, 1)]
     results = _both(procs)
@@ -60,6 +60,7 @@ def test_two_scales_at_once_end_consistent(kube_env, cli, core_v1, custom_object
         assert code == 0 and "Traceback" not in err, err
     [rc] = _rcs(custom_objects, namespace)
     g = rc["spec"]["workerGroupSpecs"][0]
+    event["final"] = g["replicas"]
     assert g["replicas"] in (1, 4) and g["minReplicas"] <= g["replicas"] <= g["maxReplicas"], g
 
     def converged():
@@ -68,7 +69,6 @@ def test_two_scales_at_once_end_consistent(kube_env, cli, core_v1, custom_object
         return len(live) == g["replicas"]
 
     wait_for(f"{g['replicas']} running workers", converged, timeout=90)
-    ledger.record("race", "two scale at once", True, final=g["replicas"])
 
 
 @pytest.mark.ray
@@ -78,13 +78,13 @@ def test_two_submits_of_one_run_make_one_job(local_ray, tmp_path, ledger):
     env = child_env(MILES_RAY_STATE_DIR=str(tmp_path / "state"))
     args = ["submit", "--run", "race-run", "--nodes", "2", "--rehearse", "--address", local_ray.address, "--no-follow",
             "-o", "json"]
+    ledger.record("race", "two submit of one run")
     results = _both([cli_proc(args, env, tmp_path) for _ in range(2)])
     for code, out, err in results:
         assert code == 0 and "Traceback" not in err, err
     ids = {json.loads(out)["submission_id"] for _, out, _ in results}
     assert ids == {"miles-ray-miles-race-run"}
     n = sum(1 for j in JobSubmissionClient(local_ray.address).list_jobs() if j.submission_id == "miles-ray-miles-race-run")
-    ledger.record("race", "two submit of one run", n == 1)
     assert n == 1
     assert sorted(json.loads(out)["created"] for _, out, _ in results) == [False, True]
     assert [p.name for p in (tmp_path / "state" / "runs").glob("*.json")] == ["race-run.json"]
@@ -98,6 +98,7 @@ def test_two_local_ups_of_one_name_make_one_cluster(tmp_path, ledger):
     state = tmp_path / "state"
     env = child_env(MILES_RAY_STATE_DIR=str(state))
     args = ["up", "--backend", "local", "--nodes", "1", "-G", "1", "--name", "lockrace", "--timeout", "200", "-o", "json"]
+    ledger.record("race", "two up --backend local")
     try:
         results = _both([cli_proc(args, env, tmp_path) for _ in range(2)], timeout=300)
         for code, out, err in results:
@@ -105,8 +106,6 @@ def test_two_local_ups_of_one_name_make_one_cluster(tmp_path, ledger):
         already = sorted(bool(json.loads(out).get("already_running")) for _, out, _ in results)
         st = lr._read_state(state / "local", "lockrace")
         heads = [st["head"]]
-        ok = already == [False, True] and len(st["workers"]) == 1
-        ledger.record("race", "two up --backend local", ok)
         assert already == [False, True]
         assert len(heads) == 1 and len(st["workers"]) == 1
         dashboards = {json.loads(out)["dashboard_url"] for _, out, _ in results}

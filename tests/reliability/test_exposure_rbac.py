@@ -85,6 +85,7 @@ def test_least_privilege_identity_runs_everything_and_pods_meet_baseline(
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
+    ledger.record("security", "least-privilege identity + baseline PSS")
     # Pod Security: enforce 'baseline' here (PodSecurity admission is on by default in the apiserver)
     core_v1.patch_namespace(namespace, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "latest"}}})
@@ -169,7 +170,6 @@ def test_least_privilege_identity_runs_everything_and_pods_meet_baseline(
             with pytest.raises(ApiException) as no:
                 call()
             assert no.value.status == 403
-        ledger.record("security", "least-privilege identity + baseline PSS", True)
     finally:
         try:
             client.RbacAuthorizationV1Api(k8s_api).delete_cluster_role_binding(f"miles-ray-preflight-{namespace}")

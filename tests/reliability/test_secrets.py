@@ -165,6 +165,7 @@ def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects,
 
     from miles_ray.adapters import ray_jobs
 
+    event = ledger.record("leak_scan", "canary", canaries=len(CANARIES))
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -230,7 +231,7 @@ def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects,
     blobs["job-logs"] = ray_jobs.logs(local_ray.address, job["job_id"])
     blobs["jobs-api"] = json.dumps([_info for _info in _all_jobs(local_ray.address)], default=str)
     leaks = _scan(blobs)
-    ledger.record("leak_scan", "canary", not leaks, artifacts=len(blobs), canaries=len(CANARIES), leaks=len(leaks))
+    event.update(artifacts=len(blobs), leaks=len(leaks))
     assert not leaks, leaks
     # and the reference is there: the pods get the credential from the Secret at start
     env = {e["name"]: e for e in rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from tests.conftest import IMAGE, REPO
-from tests.integration.conftest import polyaxon_server  # noqa: F401 - the real server, for the up tests
 
 GUIDE_COMPONENT = REPO / "tests" / "data" / "polyaxon_miles_guide_single_node.yaml"
 
@@ -132,9 +131,7 @@ def px(monkeypatch, tmp_path, request):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "px.yaml").write_text("polyaxon_project: miles-single\n")
-    from miles_ray.adapters.polyaxon_api import PolyaxonApi
-
-    PolyaxonApi(host=server.host).check_project("default", "miles-single", create=True)
+    server.create_project("miles-single")
     return server
 
 

@@ -1,0 +1,277 @@
+"""The real components every tier shares, ONE of each per pytest run (a pytest plugin, loaded by
+tests/conftest.py): whichever tiers a run selects -- unit, integration, e2e, reliability -- they get the
+same control plane, the same local Ray cluster and the same Polyaxon server. Every session fixture is
+lazy: a run whose tests ask for none of them starts nothing.
+
+``fake_k8s``         etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the KubeRay
+                     operator (cluster/fakegpu.py) from binaries cached by cluster/build.sh (built first if
+                     needed: many minutes cold), in a temporary directory; stopped by PID afterwards.
+``polyaxon_server``  the real Polyaxon API server (``haupt sandbox``, tests/infra/haupt.py) in its own venv,
+                     on 127.0.0.1 and a free port, with the ``miles-data`` connection registered.
+``local_ray``        a real Ray cluster of separate ``ray start`` processes: a head with 0 GPUs and 4 worker
+                     raylets x 8 fake GPUs (miles_ray.adapters.local_ray); stopped by PID, never ``ray stop``.
+
+A test that uses one of them carries its marker (``e2e``, ``ray``, ``polyaxon``), so ``-m`` selects by
+what tests need. Per test: ``namespace`` (a fresh namespace, its pods gone afterwards), ``kube_env`` (the CLI pointed at
+the control plane, with this test's own state dir and cwd), ``shared_volume`` (a bound ReadWriteMany
+claim ``miles-data``), ``wait_for``. A component that cannot be had here skips its tests loudly, or
+fails them under ``MILESRAY_TEST_STRICT=1`` (tests/infra/knobs.py, which also lists the other knobs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from tests.infra import haupt, knobs
+from tests.infra.scripts import load_script
+
+REPO = Path(__file__).resolve().parents[2]
+FAKEGPU_PY = REPO / "cluster" / "fakegpu.py"
+
+fakegpu = load_script("cluster/fakegpu.py", "miles_ray_fakegpu")
+
+LOCAL_RAY_NODES = 4
+LOCAL_RAY_GPUS = 8
+
+
+# The marker of each real component: a test that uses one carries its marker, whether or not its module
+# says so, so ``-m ray`` / ``-m "not e2e"`` select exactly by what a test needs.
+COMPONENT_MARKERS = {"fake_k8s": "e2e", "local_ray": "ray", "polyaxon_server": "polyaxon"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, marker in COMPONENT_MARKERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
+def poll(what: str, fn: Callable[[], Any], timeout: float = 60, interval: float = 0.25) -> Any:
+    """Call ``fn`` until it returns something truthy and return that; fail naming ``what`` and the last
+    value after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., Any]:
+    """``wait_for(what, fn, timeout=60)``: poll until ``fn()`` is truthy, return it; fail on timeout."""
+    return poll
+
+
+# --------------------------------------------------------------------------------------------
+# The fake-GPU Kubernetes control plane
+
+
+@pytest.fixture(scope="session")
+def fake_k8s(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A running control plane (``fakegpu.Cluster``): ``.kubeconfig``, ``.nodes``, ``.gpu_nodes``,
+    ``.cpu_nodes``, ``.gpus_per_node``, ``.server``, ``.dir``, ``.pids``."""
+    try:
+        import kubernetes  # noqa: F401
+    except ImportError as e:  # the project depends on it; only a broken venv gets here
+        knobs.unavailable("control plane", f"python package 'kubernetes' is not importable: {e}")
+
+    if not fakegpu.all_cached() and fakegpu.find_go() is None:
+        knobs.unavailable(
+            "control plane",
+            f"the control plane binaries are not cached in {fakegpu.cache_dir()} and no Go toolchain is "
+            "installed to build them (install Go >= 1.26 or put it on PATH / $GO, then run cluster/build.sh)",
+        )
+
+    nodes = int(os.environ.get(knobs.E2E_NODES, "6"))
+    gpus = int(os.environ.get(knobs.E2E_GPUS, "8"))
+    keep = knobs.flag(knobs.E2E_KEEP)
+    d = tmp_path_factory.mktemp("fakegpu")
+    try:
+        # die_with_parent: if this pytest process is killed, the control plane goes with it.
+        cluster = fakegpu.up(d, nodes=nodes, gpus=gpus, die_with_parent=not keep)
+    except fakegpu.ToolchainMissing as e:
+        knobs.unavailable("control plane", str(e))
+    try:
+        yield cluster
+    finally:
+        if keep:
+            print(f"\nfake_k8s left running: python {FAKEGPU_PY} down --dir {d}", file=sys.stderr)
+        else:
+            fakegpu.down(d)
+
+
+@pytest.fixture(scope="session")
+def k8s_api(fake_k8s: Any) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(fake_k8s.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def core_v1(k8s_api: Any) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(k8s_api)
+
+
+@pytest.fixture(scope="session")
+def custom_objects(k8s_api: Any) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(k8s_api)
+
+
+@pytest.fixture
+def namespace(core_v1: Any, custom_objects: Any) -> Iterator[str]:
+    """A fresh namespace with its ``default`` ServiceAccount in place; its pods are gone afterwards."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def sa_ready() -> bool:
+        try:
+            core_v1.read_namespaced_service_account("default", name)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    poll(f"ServiceAccount {name}/default", sa_ready, timeout=60)
+    try:
+        yield name
+    finally:
+        # Free its GPUs before the next test: delete the RayClusters (the operator stops making
+        # pods), then the pods at once, and wait until kwok has completed their deletion. The
+        # namespace itself is left to the namespace controller (that takes ~10 s; no need to wait).
+        try:
+            custom_objects.delete_collection_namespaced_custom_object("ray.io", "v1", name, "rayclusters")
+        except ApiException:
+            pass
+
+        def no_pods() -> bool:
+            pods = core_v1.list_namespaced_pod(name).items
+            if pods:
+                core_v1.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+            return not pods
+
+        poll(f"pods of namespace {name} deleted", no_pods, timeout=60, interval=0.5)
+        try:
+            core_v1.delete_namespace(name)
+        except ApiException:
+            pass
+
+
+@pytest.fixture
+def kube_env(fake_k8s: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The in-process CLI pointed at the control plane (KUBECONFIG), with this test's own state dir and
+    cwd and no config file or RAY_ADDRESS from the developer's shell; returns ``fake_k8s``."""
+    monkeypatch.setenv("KUBECONFIG", str(fake_k8s.kubeconfig))
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
+    for key in ("MILES_RAY_CONFIG", "RAY_ADDRESS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return fake_k8s
+
+
+@pytest.fixture
+def shared_volume(core_v1: Any, namespace: str) -> Iterator[str]:
+    """A bound ReadWriteMany claim named miles-data (static PV; nothing is mounted on kwok nodes)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    pv = f"miles-data-{namespace}"
+    core_v1.create_persistent_volume(client.V1PersistentVolume(
+        metadata=client.V1ObjectMeta(name=pv),
+        spec=client.V1PersistentVolumeSpec(capacity={"storage": "1Ti"}, access_modes=["ReadWriteMany"],
+                                           storage_class_name="",
+                                           nfs=client.V1NFSVolumeSource(server="127.0.0.1", path="/miles"))))
+    core_v1.create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name="miles-data"),
+        spec=client.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv,
+            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Ti"}))))
+    yield "miles-data"
+    try:
+        core_v1.delete_persistent_volume(pv)
+    except ApiException:
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# The Polyaxon API server
+
+
+@pytest.fixture(scope="session")
+def polyaxon_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[haupt.HauptServer]:
+    """A running haupt sandbox: ``.host`` (http://127.0.0.1:PORT), ``.pid``, ``.start_seconds``,
+    ``.rss_bytes()``, ``.connections``, ``.log_path``, ``.create_project(name)``."""
+    try:
+        venv = haupt.ensure_venv()
+        server = haupt.start(venv, tmp_path_factory.mktemp("haupt"))
+    except haupt.HauptUnavailable as e:
+        knobs.unavailable("Polyaxon server", str(e))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# The local Ray cluster
+
+
+class LocalRayCluster:
+    """Handle on the session's local Ray cluster (``miles_ray.adapters.local_ray``)."""
+
+    def __init__(self, state_dir: Path, name: str, info: dict) -> None:
+        self.state_dir = state_dir
+        self.name = name
+        self.info = info
+        self.address: str = info["dashboard_url"]
+
+    def status(self) -> dict:
+        from miles_ray.adapters import local_ray
+
+        return local_ray.status(self.state_dir, self.name)
+
+    def pids(self) -> list[int]:
+        from miles_ray.adapters import local_ray
+
+        return local_ray.cluster_pids(self.state_dir, self.name)
+
+
+@pytest.fixture(scope="session")
+def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
+    """Head (0 GPUs) + 4 worker raylets x 8 fake GPUs, each its own ``ray start`` process;
+    stopped at the end by PID (never ``ray stop``), with a check that nothing is left."""
+    from miles_ray.adapters import local_ray as lr
+
+    state_dir = tmp_path_factory.mktemp("local-ray-state")
+    name = f"pytest-{os.getpid()}"
+    info = lr.up(state_dir, name, LOCAL_RAY_NODES, LOCAL_RAY_GPUS, LOCAL_RAY_GPUS, timeout=240)
+    cluster = LocalRayCluster(state_dir, name, info)
+    try:
+        yield cluster
+    finally:
+        state = lr._read_state(state_dir, name)
+        if state is not None:
+            procs = lr._all_procs(state)
+            try:
+                lr.down(state_dir, name)
+            finally:
+                left = sorted({pid for p in procs for pid in lr.session_members(p)})
+                assert not left, f"local Ray processes left after down: {left}"
+                assert not Path(state["temp_dir"]).exists(), "local Ray temp dir left after down"
