@@ -2,15 +2,20 @@
 
 One session cluster (fixture ``local_ray``): head with 0 GPUs + 4 worker raylets x 8 fake GPUs.
 Placement rehearsals run ``launchers/rehearse.py`` as Ray jobs through ``ray_jobs.submit``.
+Start-up retries are proven with real faults: a node's ``ray start`` session is SIGKILLed while it
+starts (found through the state file ``up`` writes before it waits), never through a product switch.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import textwrap
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -40,8 +45,60 @@ def _rehearse(address: str, args: str, timeout: float = 300) -> tuple[dict, dict
     return info, _result(logs), logs
 
 
-def _by_ip(result: dict) -> dict[str, dict]:
-    return {n["ip"]: n for n in result["nodes"]}
+def _wait_until(what: str, probe, timeout: float, poll: float = 0.5):
+    """Poll ``probe()`` until it returns something truthy; fail the test with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+        time.sleep(poll)
+
+
+def _placement_groups(address: str, job_id: str) -> list[dict]:
+    """The placement groups a Ray job created, from the state API (``/api/v0/placement_groups``)."""
+    url = f"{address}/api/v0/placement_groups?limit=10000&detail=true"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        rows = json.load(resp)["data"]["result"]["result"]
+    return [r for r in rows if r.get("creator_job_id") == job_id]
+
+
+def _group_in_state(address: str, job: str, state: str, bundles: int) -> dict | None:
+    """The job's one placement group once it is in ``state`` with ``bundles`` bundles, else None."""
+    info = ray_jobs.status(address, job)
+    assert info["status"] in ("PENDING", "RUNNING"), info
+    if not info["ray_job_id"]:
+        return None
+    groups = _placement_groups(address, info["ray_job_id"])
+    assert len(groups) <= 1, groups
+    if groups and groups[0]["state"] == state and len(groups[0]["bundles"]) == bundles:
+        return groups[0]
+    return None
+
+
+def _ray_start_processes(marker: str) -> list[int]:
+    """PIDs of live ``ray start`` processes whose command line contains ``marker`` (a node name prefix)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if " start --block" in cmd and marker in cmd:
+            found.append(int(entry))
+    return found
+
+
+def _kill_session(record: dict) -> dict:
+    for pid in lr.session_members(record):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return record
 
 
 # ------------------------------------------------------------------------------------------
@@ -54,9 +111,9 @@ def test_up_reports_gpu_nodes_and_a_zero_gpu_head(local_ray):
     assert info["already_running"] is False
     heads = [n for n in info["nodes"] if n["is_head"]]
     workers = [n for n in info["nodes"] if not n["is_head"]]
-    assert len(heads) == 1 and heads[0]["gpus"] == 0 and heads[0]["cpus"] >= 1
-    assert [(n["index"], n["gpus"]) for n in workers] == [(i, 8.0) for i in range(1, 5)]
-    assert all(n["cpus"] >= n["gpus"] for n in workers)
+    assert len(heads) == 1 and heads[0]["gpus"] == 0 and heads[0]["cpus"] == lr.HEAD_CPUS
+    assert [(n["index"], n["gpus"], n["cpus"]) for n in workers] == [(i, 8.0, 8.0) for i in range(1, 5)]
+    assert [n["ip"] for n in info["nodes"]] == [lr.node_ip(i) for i in range(5)]
     assert info["total_gpus"] == 32 and info["gpu_node_count"] == 4
     # one loopback address per node, so Miles's (node IP, GPU id) sort groups bundles by node
     assert len({n["ip"] for n in info["nodes"]}) == 5
@@ -65,7 +122,13 @@ def test_up_reports_gpu_nodes_and_a_zero_gpu_head(local_ray):
     assert ray_jobs.ray_version(local_ray.address) == "2.60.0"
     state = json.loads(lr.state_path(local_ray.state_dir, local_ray.name).read_text())
     assert state["ray_version"] == "2.60.0" and state["head"]["pid"] and len(state["workers"]) == 4
+    assert state["starting"] == [] and state["phase"] == "running"
     assert len(state["temp_dir"]) < 20
+    # the ports fixed before the head started lie outside the kernel's ephemeral range, where no
+    # outgoing connection can take them before Ray binds them
+    lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    fixed = [int(state["gcs_address"].rsplit(":", 1)[1]), int(state["dashboard_url"].rsplit(":", 1)[1])]
+    assert all(not lo <= port <= hi for port in fixed), (fixed, lo, hi)
 
 
 def test_up_again_is_a_no_op(local_ray):
@@ -93,14 +156,177 @@ def test_status_and_down_of_a_cluster_that_does_not_exist(tmp_path):
 
 
 def test_failed_up_leaves_nothing_behind(tmp_path, local_ray):
+    """A budget too short for one head start: one error line naming the node, its IP and its log;
+    no process, no state file and no temp dir left."""
     before = set(Path("/tmp").glob("mr-*"))
-    with pytest.raises(ClusterError, match="not ready within"):
+    with pytest.raises(ClusterError) as exc:
         lr.up(tmp_path, "too-slow", 1, 8, 8, timeout=0.5)
+    log = lr.failure_log_path(tmp_path, "too-slow", "head")
+    msg = str(exc.value)  # what the dashboard last said, if anything, comes between
+    assert msg.startswith(f"local Ray head node ({lr.HEAD_IP}) did not start after 1 attempt: not ready within 0.5s")
+    assert msg.endswith(f"; log: {log}") and "\n" not in msg and exc.value.exit_code == 1
+    assert log.read_text().startswith("=== head, attempt 1: not ready within 0.5s")
     assert not lr.state_path(tmp_path, "too-slow").exists()
+    assert _ray_start_processes("--node-name=too-slow-") == []
     new = set(Path("/tmp").glob("mr-*")) - before
     assert not [d for d in new if (d / "logs" / "head.log").exists()]  # its temp dir is gone too
     # the session cluster is untouched
     assert local_ray.status()["alive_count"] == 5
+
+
+def _kill_starting_nodes(state_dir: Path, name: str, which: str, times: int, stop: threading.Event) -> list[dict]:
+    """A fault injector: SIGKILL the session of the ``which`` node ("head" or "starting") each time
+    ``up`` records a new start attempt of it, ``times`` times; returns the killed session records."""
+    killed: list[dict] = []
+    seen: set[int] = set()
+    while len(killed) < times and not stop.is_set():
+        state = lr.read_state(state_dir, name) or {}
+        recs = [state["head"]] if which == "head" and state.get("head") else state.get(which) or []
+        for rec in recs:
+            if rec["pid"] not in seen and not rec.get("node_id"):  # still starting
+                seen.add(rec["pid"])
+                killed.append(_kill_session(rec))
+        time.sleep(0.05)
+    return killed
+
+
+def test_a_worker_killed_while_starting_is_stopped_and_retried(tmp_path):
+    """Worker 1's first start attempt is SIGKILLed: up stops what is left of it by PID, says so, starts it
+    again and ends with exactly 1 head + 1 worker; down then leaves nothing."""
+    lines: list[str] = []
+    stop = threading.Event()
+    killed: list[dict] = []
+    injector = threading.Thread(
+        target=lambda: killed.extend(_kill_starting_nodes(tmp_path, "retry-worker", "starting", 1, stop))
+    )
+    injector.start()
+    try:
+        info = lr.up(tmp_path, "retry-worker", 1, 8, 8, progress=lines.append, timeout=300)
+    finally:
+        stop.set()
+        injector.join()
+    try:
+        assert len(killed) == 1 and killed[0]["index"] == 1, killed
+        assert lr.session_members(killed[0]) == []  # the failed attempt's session is gone
+        retried = [ln for ln in lines if ln.startswith(f"worker node 1 ({lr.node_ip(1)}) did not start (attempt 1/3: ")]
+        assert len(retried) == 1 and retried[0].endswith("stopped it, retrying in 2s"), lines
+        assert any(ln.startswith(f"starting worker node 1/1 ({lr.node_ip(1)}") and ln.endswith("attempt 2/3")
+                   for ln in lines), lines
+        assert info["alive_count"] == 2 and info["gpu_node_count"] == 1 and info["total_gpus"] == 8
+        state = lr.read_state(tmp_path, "retry-worker")
+        assert state["starting"] == [] and [w["index"] for w in state["workers"]] == [1]
+        assert "=== worker-1, attempt 1: " in lr.failure_log_path(tmp_path, "retry-worker", "worker-1").read_text()
+        sessions = lr.processes_of(state)
+    finally:
+        lr.down(tmp_path, "retry-worker")
+    assert [lr.session_members(rec) for rec in sessions] == [[], []]
+    assert not lr.state_path(tmp_path, "retry-worker").exists()
+
+
+def test_a_head_that_never_starts_fails_after_its_attempts_with_one_line(tmp_path):
+    """Every start attempt of the head is SIGKILLed: after the last one, one error line names the head,
+    its IP and its log (holding every attempt); no process, state file or temp dir is left."""
+    stop = threading.Event()
+    killed: list[dict] = []
+    injector = threading.Thread(
+        target=lambda: killed.extend(_kill_starting_nodes(tmp_path, "dead-head", "head", lr.START_ATTEMPTS, stop))
+    )
+    injector.start()
+    lines: list[str] = []
+    try:
+        with pytest.raises(ClusterError) as exc:
+            lr.up(tmp_path, "dead-head", 1, 8, 8, progress=lines.append, timeout=300)
+    finally:
+        stop.set()
+        injector.join()
+    log = lr.failure_log_path(tmp_path, "dead-head", "head")
+    msg = str(exc.value)
+    assert msg.startswith(f"local Ray head node ({lr.HEAD_IP}) did not start after 3 attempts: `ray start` exited")
+    assert msg.endswith(f"; log: {log}") and "\n" not in msg
+    assert len(killed) == 3 and len({rec["pid"] for rec in killed}) == 3
+    retries = [ln for ln in lines if ln.startswith(f"head node ({lr.HEAD_IP}) did not start (attempt ")]
+    assert [ln.split("(attempt ", 1)[1][:3] for ln in retries] == ["1/3", "2/3"], lines
+    assert [f"=== head, attempt {i}: `ray start` exited" in log.read_text() for i in (1, 2, 3)] == [True] * 3
+    assert not lr.state_path(tmp_path, "dead-head").exists()
+    assert _ray_start_processes("--node-name=dead-head-") == []
+    assert [lr.session_members(rec) for rec in killed] == [[], [], []]
+
+
+def test_up_after_an_up_killed_half_way_starts_afresh(tmp_path):
+    """An `up` process SIGKILLed after its head came up (its nodes live on in their own sessions): the next
+    `up` of that name stops what the dead one left, by PID, and starts a whole new cluster."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from miles_ray.adapters import local_ray as lr; "
+        f"lr.up({str(tmp_path)!r}, 'half', 2, 8, 8, timeout=600)")])
+    try:
+        first = _wait_until("the first up's head ready, workers still starting", lambda: (
+            (st := lr.read_state(tmp_path, "half")) and (st.get("head") or {}).get("node_id")
+            and st["phase"] == "starting" and st), 300, poll=0.1)
+        child.kill()
+    finally:
+        child.kill()
+        child.wait()
+    orphans = lr.processes_of(lr.read_state(tmp_path, "half"))
+    assert lr.session_members(first["head"])  # the dead up's head lives on
+    lines: list[str] = []
+    info = lr.up(tmp_path, "half", 2, 8, 8, progress=lines.append, timeout=600)
+    try:
+        assert lines[0] == "removing leftovers of a stopped or half-started local cluster 'half'"
+        assert info["already_running"] is False and info["gpu_node_count"] == 2
+        assert info["head_pid"] != first["head"]["pid"]
+        assert [lr.session_members(rec) for rec in orphans] == [[] for _ in orphans]
+    finally:
+        lr.down(tmp_path, "half")
+
+
+def test_readiness_takes_5xx_slow_and_broken_answers_as_not_ready_yet(monkeypatch):
+    """Readiness polling against a STAND-IN dashboard (a stdlib HTTP server: a real dashboard cannot be made
+    to answer 503, hang or cut a reply on demand, as it does while its GCS is overloaded). Each of those
+    answers means "not ready yet"; the first good node list ends the wait, without a failure."""
+    import http.server
+
+    from miles_ray.adapters.local_ray import nodes as ray_nodes
+
+    monkeypatch.setattr(ray_nodes, "HTTP_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(ray_nodes, "POLL_SECONDS", 0.05)
+    good = json.dumps({"data": {"result": {"result": [{"state": "ALIVE", "is_head_node": True}]}}}).encode()
+    answers = ["503", "hang", "cut", "good"]
+    seen: list[str] = []
+
+    class StandInDashboard(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            kind = answers[min(len(seen), len(answers) - 1)]
+            seen.append(kind)
+            if kind == "503":
+                self.send_error(503, "GCS overloaded")
+            elif kind == "hang":
+                time.sleep(2.0)  # longer than the request timeout
+            elif kind == "cut":
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(good)))
+                self.end_headers()
+                self.wfile.write(good[:10])
+            else:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(good)))
+                self.end_headers()
+                self.wfile.write(good)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandInDashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        rows = ray_nodes.poll_nodes(lambda ns: [n for n in ns if n["is_head_node"]], url, budget=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert rows == [{"state": "ALIVE", "is_head_node": True}]
+    assert seen == answers
 
 
 def test_unreachable_address_is_one_clear_error():
@@ -171,10 +397,9 @@ def test_rehearsal_disaggregated_puts_trainer_and_rollout_on_different_nodes(loc
         "--rollout-num-gpus-per-engine 8 --num-gpus-per-node 8",
     )
     assert info["status"] == "SUCCEEDED", logs[-3000:]
-    trainer = {n["ip"] for n in res["nodes"] if n["trainer_bundles"]}
-    rollout = {n["ip"] for n in res["nodes"] if n["rollout_bundles"]}
-    assert len(trainer) == 2 and len(rollout) == 2 and not trainer & rollout
-    assert all(n["trainer_bundles"] in (0, 8) and n["rollout_bundles"] in (0, 8) for n in res["nodes"])
+    # bundles sort by (node IP, GPU id) and the trainer takes the first 16: the two lowest node IPs
+    assert [n["ip"] for n in res["nodes"]] == [lr.node_ip(i) for i in range(1, 5)]
+    assert [(n["trainer_bundles"], n["rollout_bundles"]) for n in res["nodes"]] == [(8, 0), (8, 0), (0, 8), (0, 8)]
     assert res["engines"] == 2 and all(len(e["nodes"]) == 1 for e in res["engine_layout"])
 
 
@@ -207,17 +432,13 @@ def test_scale_up_lets_a_waiting_rehearsal_finish_then_scale_back_by_pid(local_r
     blocker.write_text(BLOCKER)
     hold, _ = ray_jobs.submit(address, f"{sys.executable} {blocker} 32")  # every GPU of the 4 nodes
     try:
-        deadline = time.monotonic() + 90
-        while "HELD" not in ray_jobs.logs(address, hold):
-            assert ray_jobs.status(address, hold)["status"] in ("PENDING", "RUNNING")
-            assert time.monotonic() < deadline, "the blocker never got its GPUs"
-            time.sleep(0.5)
+        _wait_until("the blocker's 32-bundle group CREATED", lambda: _group_in_state(address, hold, "CREATED", 32), 90)
+        _wait_until("the blocker holding its GPUs", lambda: "HELD" in ray_jobs.logs(address, hold), 60)
         job, _ = ray_jobs.submit(
             address, f"{sys.executable} {REHEARSE} --actor-num-nodes 1 {QWEN3_4B_COLOCATED} --timeout 180"
         )
-        ray_jobs.wait(address, job, timeout=60, until=("RUNNING",))
-        time.sleep(3)
-        assert ray_jobs.status(address, job)["status"] == "RUNNING"  # its placement group waits
+        # the rehearsal's 8-bundle group is PENDING: no GPU is free until a node is added
+        _wait_until("the rehearsal's 8-bundle group PENDING", lambda: _group_in_state(address, job, "PENDING", 8), 90)
 
         grown = lr.scale(local_ray.state_dir, local_ray.name, 5)
         assert grown["added"] == [5] and grown["gpu_node_count"] == 5 and grown["total_gpus"] == 40
@@ -237,9 +458,8 @@ def test_scale_up_lets_a_waiting_rehearsal_finish_then_scale_back_by_pid(local_r
     shrunk = lr.scale(local_ray.state_dir, local_ray.name, 4)
     assert shrunk["removed"] == [5] and shrunk["gpu_node_count"] == 4
     assert not lr.session_members(fifth)  # its processes are gone (stopped by PID)
-    assert any(n["node_id"] == fifth["node_id"] for n in shrunk["dead_nodes"]) or all(
-        n["node_id"] != fifth["node_id"] for n in shrunk["nodes"]
-    )
+    assert fifth["node_id"] not in {n["node_id"] for n in shrunk["nodes"]}
+    assert fifth["node_id"] in {n["node_id"] for n in shrunk["dead_nodes"]}  # the state API keeps dead nodes
     assert ray_jobs.wait(address, hold, timeout=60)["status"] == "STOPPED"
 
 
@@ -254,7 +474,11 @@ def test_follow_logs_raises_a_clear_error_when_the_head_goes_away(tmp_path):
         seen = ""
         while "tick" not in seen:
             seen += next(stream)
+        state = lr.read_state(tmp_path, "short-lived")
+        drivers = lr.job_sessions_of(state)  # Ray Jobs runs the entrypoint in a session of its own
+        assert len(drivers) == 1 and lr.session_members(drivers[0])
         lr.down(tmp_path, "short-lived", grace=4)  # a head with a running job needs the SIGKILL
+        assert lr.session_members(drivers[0]) == []  # down stopped the job driver too: no orphan ticks on
         with pytest.raises(ClusterError, match=address.replace(".", r"\.")) as exc:
             for _ in stream:
                 pass

@@ -1,0 +1,451 @@
+"""Nodes of a local cluster: how each is started, how we know it is ready, and retrying one that is not.
+
+Layout (measured on a 2-core box, Ray 2.60):
+
+* head: ``--num-gpus=0`` and a couple of CPUs (room for the job driver and a RolloutManager-like
+  1-CPU actor), node IP ``127.0.0.2``, dashboard/Jobs API on ``http://127.0.0.1:<8265 or free>``;
+* worker ``i`` (1-based): ``--num-gpus=G --num-cpus=C`` (C >= G), node IP ``127.0.0.<2+i>`` and a
+  custom resource ``miles_ray_node_<i>: 1`` that identifies it.
+
+Why one loopback address per node: ``127.0.0.1`` is rewritten by Ray to the machine's external
+address, any other ``127.x.y.z`` is kept (every one of them is on ``lo``). Distinct addresses make
+Miles's bundle sort -- by (node IP, GPU id) -- group bundles by node, as on a real cluster.
+
+Workers are started ONE AT A TIME (parallel starts race on socket names in the shared temp dir).
+
+A busy machine (load far above its cores, memory and disk under pressure) slows every Ray process
+down, and some of Ray's start-up waits are too tight for that: they are raised in :data:`RAY_ENV`.
+One is not configurable: ``ray start`` gives up when its raylet has not registered with the GCS
+within 30 s. So each node gets up to :data:`START_ATTEMPTS` attempts with a backoff: a node that did
+not come up is stopped by PID (its whole session), its leftovers are removed, and it is started
+again. Readiness is judged from the state API (``/api/v0/nodes``): a dashboard that answers 5xx or
+times out is "not ready yet"; only the node's ``ray start`` exiting, or the attempt's time running
+out, fails an attempt. Each attempt names its node (``--node-name``), so a failed attempt's node,
+still listed as ALIVE for a few seconds, is never taken for the new one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import secrets
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from miles_ray.adapters.local_ray import ports, processes
+from miles_ray.adapters.local_ray import state as store
+from miles_ray.core.errors import ClusterError, TimedOut
+
+Progress = Callable[[str], None] | None
+
+HEAD_IP = "127.0.0.2"
+HEAD_CPUS = 2
+OBJECT_STORE_BYTES = 200_000_000
+NODE_RESOURCE_PREFIX = "miles_ray_node_"
+HEAD_RESOURCE = "miles_ray_head"
+
+START_ATTEMPTS = 3
+RETRY_BACKOFF_SECONDS = (2.0, 5.0)  # before the 2nd and the 3rd attempt
+MIN_RETRY_SECONDS = 30.0  # no retry when less than this would be left for it (it could not finish)
+# An attempt that is neither ready nor failed by then is stopped and retried. Longer than Ray's own
+# start-up waits below (a slow node that is still making progress is worth waiting for: a restart
+# repeats all its work); the normal failure signal is `ray start` exiting with its own message.
+HEAD_ATTEMPT_SECONDS = 300.0
+WORKER_ATTEMPT_SECONDS = 240.0
+HTTP_TIMEOUT_SECONDS = 10.0  # one state-API request; a slow answer is "not ready yet"
+POLL_SECONDS = 0.5
+
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_memory_monitor_refresh_ms": "0",  # every fake node would watch the same host's memory
+    "RAY_AUTH_MODE": "disabled",  # explicit: never whatever token happens to be in ~/.ray
+    # Start-up waits raised for a busy machine (Ray 2.60 defaults in brackets):
+    "RAY_gcs_server_port_wait_time_s": "120",  # ray start: ~1 s attempts to reach the GCS [20]
+    "RAY_NUM_REDIS_GET_RETRIES": "120",  # ray start (worker): reads of the session name from the GCS [20]
+    "RAY_gcs_rpc_server_connect_timeout_s": "60",  # raylet: its first connection to the GCS [5 s]
+    "RAY_py_gcs_connect_timeout_s": "60",  # Python GCS clients: dashboard, agents, ray start [30 s]
+    "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "240",  # head: the dashboard publishing its address [60 s]
+    "RAY_agent_register_timeout_ms": "180000",  # raylet: its dashboard/runtime-env agents registering [30 s]
+    "RAY_worker_register_timeout_seconds": "180",  # raylet: a Ray worker process registering [60 s]
+    "RAY_health_check_timeout_ms": "30000",  # GCS: one health check of a raylet [10 s]; a dead one fails at once
+}
+
+
+class NodeDidNotStart(Exception):
+    """One start attempt of a node failed (its ``ray start`` exited, or it was not ready in time)."""
+
+    def __init__(self, reason: str, timed_out: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.timed_out = timed_out
+
+
+def say(progress: Progress, msg: str) -> None:
+    if progress is not None:
+        progress(msg)
+
+
+def node_ip(index: int) -> str:
+    """Head (index 0) 127.0.0.2, worker i 127.0.0.(2+i), wrapping into the third octet."""
+    k = 2 + index
+    return f"127.0.{k // 250}.{k % 250 + (2 if k // 250 else 0)}"
+
+
+def ray_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ray")
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of every ``ray start``: ours minus any Ray address/token, plus :data:`RAY_ENV`."""
+    env = dict(os.environ)
+    for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(key, None)
+    env.update(RAY_ENV)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# what the dashboard says
+# --------------------------------------------------------------------------------------------
+
+NOT_READY_ERRORS = (urllib.error.URLError, OSError, ValueError, http.client.HTTPException)
+
+
+def fetch_nodes(dashboard_url: str, timeout: float = 5.0) -> list[dict]:
+    """All nodes (ALIVE and DEAD) from the state API ``GET /api/v0/nodes``."""
+    url = dashboard_url.rstrip("/") + "/api/v0/nodes?limit=10000"
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (local http)
+        payload = json.load(resp)
+    data = payload.get("data", {}).get("result", {})
+    rows = data.get("result", data) if isinstance(data, dict) else data
+    return list(rows or [])
+
+
+def jobs_api_answers(dashboard_url: str, timeout: float = 5.0) -> bool:
+    """The Jobs API (``GET /api/jobs/``) answers 200: the dashboard's job module is loaded."""
+    try:
+        with urllib.request.urlopen(dashboard_url.rstrip("/") + "/api/jobs/", timeout=timeout) as resp:  # noqa: S310
+            return resp.status == 200
+    except NOT_READY_ERRORS:
+        return False
+
+
+def alive(nodes: list[dict]) -> list[dict]:
+    return [n for n in nodes if n.get("state") == "ALIVE"]
+
+
+def node_index(node: dict) -> int | None:
+    for key in node.get("resources_total") or {}:
+        if key.startswith(NODE_RESOURCE_PREFIX):
+            try:
+                return int(key[len(NODE_RESOURCE_PREFIX) :])
+            except ValueError:
+                return None
+    return None
+
+
+def topology_ok(nodes: list[dict], n_workers: int, gpus: int) -> bool:
+    """Exactly one ALIVE 0-GPU head and ``n_workers`` ALIVE workers of ``gpus`` GPUs each."""
+    live = alive(nodes)
+    heads = [n for n in live if n.get("is_head_node")]
+    workers = [n for n in live if not n.get("is_head_node")]
+    gpu_ok = all(float((n.get("resources_total") or {}).get("GPU", 0)) == gpus for n in workers)
+    head_gpus = sum(float((n.get("resources_total") or {}).get("GPU", 0)) for n in heads)
+    return len(heads) == 1 and head_gpus == 0 and len(workers) == n_workers and gpu_ok
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s"
+
+
+def poll_nodes(
+    check: Callable[[list[dict]], Any],
+    dashboard_url: str,
+    budget: float,
+    watched: dict | None = None,
+) -> Any:
+    """Poll the state API until ``check(nodes)`` is truthy and return it.
+
+    Raises :class:`NodeDidNotStart` when ``watched`` (a node's ``ray start``) exits or ``budget``
+    runs out. Errors and slow answers from the dashboard only mean "not ready yet".
+    """
+    deadline = time.monotonic() + budget
+    last_err = ""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            got = check(fetch_nodes(dashboard_url, timeout=max(1.0, min(HTTP_TIMEOUT_SECONDS, left))))
+            if got:
+                return got
+        except NOT_READY_ERRORS as exc:
+            last_err = f"{type(exc).__name__}: {exc}"
+        if watched is not None and processes.exited(watched):
+            popen = watched.get("_popen")
+            code = popen.returncode if popen is not None else None
+            raise NodeDidNotStart(
+                f"`ray start` exited{f' with code {code}' if code is not None else ''}: "
+                + _last_line(processes.tail(watched["log"], 40)),
+                timed_out=False,
+            )
+        if time.monotonic() >= deadline:
+            raise NodeDidNotStart(
+                f"not ready within {_seconds(budget)}" + (f" (dashboard: {last_err[:160]})" if last_err else ""),
+                timed_out=True,
+            )
+        time.sleep(POLL_SECONDS)
+
+
+def _last_line(text: str) -> str:
+    """The last line of a ``ray start`` log worth quoting (the error, not a blank or a ruler)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().strip("-=~ ")]
+    return (lines[-1][:240] if lines else "no output")
+
+
+# --------------------------------------------------------------------------------------------
+# ray start arguments
+# --------------------------------------------------------------------------------------------
+
+
+def head_args(state: dict, node_name: str, gcs_port: int, dashboard_port: int, client_port: int) -> list[str]:
+    return [
+        "--head",
+        f"--port={gcs_port}",
+        f"--node-ip-address={HEAD_IP}",
+        f"--node-name={node_name}",
+        "--num-gpus=0",
+        f"--num-cpus={int(state['head_cpus'])}",
+        f"--object-store-memory={int(state['object_store_memory'])}",
+        f"--temp-dir={state['temp_dir']}",
+        "--include-dashboard=True",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        "--dashboard-agent-listen-port=0",  # the agent binds a port of its own choosing and publishes it
+        f"--ray-client-server-port={client_port}",  # Ray starts it whenever ray[client] is installed
+        f"--resources={json.dumps({HEAD_RESOURCE: 1})}",
+        "--min-worker-port=0",  # OS-chosen worker ports: raylets on one host must not share a port range
+        "--max-worker-port=0",
+        "--disable-usage-stats",
+    ]
+
+
+def worker_args(state: dict, index: int, node_name: str) -> list[str]:
+    return [
+        f"--address={state['gcs_address']}",
+        f"--node-ip-address={node_ip(index)}",
+        f"--node-name={node_name}",
+        f"--num-gpus={int(state['gpus_per_node'])}",
+        f"--num-cpus={int(state['cpus_per_node'])}",
+        f"--object-store-memory={int(state['object_store_memory'])}",
+        f"--temp-dir={state['temp_dir']}",
+        "--dashboard-agent-listen-port=0",
+        "--include-log-monitor=False",  # the head's log monitor already reads the shared session dir
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+        f"--resources={json.dumps({f'{NODE_RESOURCE_PREFIX}{index}': 1})}",
+        "--disable-usage-stats",
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# starting one node, with retries
+# --------------------------------------------------------------------------------------------
+
+
+def start_head(state: dict, state_dir: Path, name: str, deadline: float, progress: Progress) -> None:
+    """Start the head (new temp dir and ports on every attempt); fills ``state`` and writes it as it goes."""
+    cpus = int(state["head_cpus"])
+
+    def attempt(n: int, budget: float) -> None:
+        state["temp_dir"] = store.new_temp_dir(state_dir, name)
+        taken: set[int] = set()
+        dash = ports.pick_port(taken, preferred=ports.PREFERRED_DASHBOARD_PORT)
+        gcs = ports.pick_port(taken)
+        client = ports.pick_port(taken)
+        url = f"http://127.0.0.1:{dash}"
+        state.update(dashboard_url=url, gcs_address=f"{HEAD_IP}:{gcs}", head=None)
+        node_name = new_node_name(name, "head")
+        say(progress, f"starting head node {HEAD_IP} (GCS {state['gcs_address']}, dashboard {url})" + _nth(n))
+
+        def on_spawn(record: dict) -> None:
+            state["head"] = processes.public(record)
+            store.write_state(state_dir, name, state)  # PIDs are on disk before anything else can go wrong
+
+        def ready(nodes: list[dict]) -> dict | None:
+            row = next((x for x in alive(nodes) if x.get("is_head_node") and x.get("node_name") == node_name), None)
+            return row if row is not None and jobs_api_answers(url) else None
+
+        _, row = attempt_node(
+            head_args(state, node_name, gcs, dash, client), Path(state["temp_dir"]) / "logs" / "head.log", ready, url,
+            budget, on_spawn, lambda rec, off, why: keep_failure_log(state_dir, name, "head", rec, off, n, why),
+        )
+        state["head"].update(ip=HEAD_IP, node_id=row.get("node_id"), node_name=node_name, gpus=0, cpus=cpus)
+        store.write_state(state_dir, name, state)
+
+    def clean() -> None:
+        store.remove_temp_dir(state.get("temp_dir"))
+        state.update(temp_dir=None, head=None)
+        store.write_state(state_dir, name, state)
+
+    _start_with_retries("head node", "head", HEAD_IP, HEAD_ATTEMPT_SECONDS, attempt, clean,
+                        state_dir, name, deadline, progress)
+
+
+def start_worker(
+    state: dict, index: int, state_dir: Path, name: str, deadline: float, progress: Progress, total: int | None = None
+) -> dict:
+    """Start worker ``index`` and wait until it is ALIVE with its GPUs; append it to ``state["workers"]``.
+
+    While it starts its record is in ``state["starting"]`` (on disk), so ``down`` finds it even if
+    this process dies meanwhile.
+    """
+    g, c, ip, stem = int(state["gpus_per_node"]), int(state["cpus_per_node"]), node_ip(index), f"worker-{index}"
+    counted = f"{index}/{total}" if total else str(index)
+
+    def drop_starting(record: dict) -> None:
+        state["starting"] = [p for p in state.get("starting") or [] if p["pid"] != record["pid"]]
+
+    def attempt(n: int, budget: float) -> dict:
+        node_name = new_node_name(name, stem)
+        say(progress, f"starting worker node {counted} ({ip}, {g} GPUs, {c} CPUs)" + _nth(n))
+
+        def on_spawn(record: dict) -> None:
+            state.setdefault("starting", []).append({**processes.public(record), "index": index})
+            store.write_state(state_dir, name, state)
+
+        def failed(record: dict, offset: int, why: str) -> None:
+            keep_failure_log(state_dir, name, stem, record, offset, n, why)
+            drop_starting(record)
+            store.write_state(state_dir, name, state)
+
+        def ready(nodes: list[dict]) -> dict | None:
+            return next(
+                (x for x in alive(nodes)
+                 if x.get("node_name") == node_name and float((x.get("resources_total") or {}).get("GPU", 0)) == g),
+                None,
+            )
+
+        record, row = attempt_node(
+            worker_args(state, index, node_name), Path(state["temp_dir"]) / "logs" / f"{stem}.log", ready,
+            state["dashboard_url"], budget, on_spawn, failed,
+        )
+        drop_starting(record)
+        worker = {**processes.public(record), "index": index, "ip": ip, "node_id": row.get("node_id"),
+                  "node_name": node_name, "gpus": g, "cpus": c}
+        state.setdefault("workers", []).append(worker)
+        store.write_state(state_dir, name, state)
+        return worker
+
+    return _start_with_retries(f"worker node {index}", stem, ip, WORKER_ATTEMPT_SECONDS, attempt, lambda: None,
+                               state_dir, name, deadline, progress)
+
+
+def _nth(attempt: int) -> str:
+    return f", attempt {attempt}/{START_ATTEMPTS}" if attempt > 1 else ""
+
+
+def _start_with_retries(
+    label: str,
+    stem: str,
+    ip: str,
+    attempt_seconds: float,
+    attempt: Callable[[int, float], Any],
+    clean: Callable[[], None],
+    state_dir: Path,
+    name: str,
+    deadline: float,
+    progress: Progress,
+) -> Any:
+    """Run ``attempt`` until the node is ready, at most :data:`START_ATTEMPTS` times within ``deadline``.
+
+    A failed attempt has already been stopped by PID and its ``ray start`` output appended to the
+    node's failure log (:func:`attempt_node`); ``clean`` removes its other leftovers, then the next
+    attempt follows a backoff. After the last one: one error line naming the node, its IP and that log.
+    """
+    failure_log = store.failure_log_path(state_dir, name, stem)
+    reason, timed_out, n = "", False, 0
+    for n in range(1, START_ATTEMPTS + 1):
+        budget = min(attempt_seconds, max(deadline - time.monotonic(), 0.1))
+        try:
+            return attempt(n, budget)
+        except NodeDidNotStart as exc:
+            reason, timed_out = exc.reason, exc.timed_out
+            clean()
+        backoff = RETRY_BACKOFF_SECONDS[min(n, len(RETRY_BACKOFF_SECONDS)) - 1]
+        if n == START_ATTEMPTS or deadline - time.monotonic() < backoff + MIN_RETRY_SECONDS:
+            break
+        say(progress, f"{label} ({ip}) did not start (attempt {n}/{START_ATTEMPTS}: {reason}); "
+                      f"stopped it, retrying in {backoff:.0f}s")
+        time.sleep(backoff)
+    error = TimedOut if timed_out else ClusterError
+    raise error(f"local Ray {label} ({ip}) did not start after {n} attempt{'s' if n > 1 else ''}: {reason}; "
+                f"log: {failure_log}")
+
+
+def keep_failure_log(state_dir: Path, name: str, stem: str, record: dict, offset: int, attempt: int, reason: str) -> None:
+    """Append what ``ray start`` printed in this attempt (from ``offset`` of its log) to the node's failure log."""
+    path = store.failure_log_path(state_dir, name, stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(record["log"], "rb") as fh:
+            fh.seek(offset)
+            body = fh.read()
+    except OSError:
+        body = b""
+    with open(path, "ab") as out:
+        out.write(f"=== {stem}, attempt {attempt}: {reason} ===\n".encode())
+        out.write(body)
+        if body and not body.endswith(b"\n"):
+            out.write(b"\n")
+
+
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def attempt_node(
+    args: list[str],
+    log_path: Path,
+    ready: Callable[[list[dict]], Any],
+    dashboard_url: str,
+    budget: float,
+    on_spawn: Callable[[dict], None],
+    failed: Callable[[dict, int, str], None],
+) -> tuple[dict, Any]:
+    """Spawn one ``ray start`` and wait until ``ready``; on failure stop its session by PID, then re-raise.
+
+    ``on_spawn(record)`` runs right after the spawn (its PID goes on disk before any wait);
+    ``failed(record, log_offset, reason)`` runs once it is stopped.
+    """
+    offset = _log_size(log_path)
+    record = processes.spawn_ray_start(args, log_path, child_env())
+    try:
+        on_spawn(record)
+        got = poll_nodes(ready, dashboard_url, budget, watched=record)
+    except NodeDidNotStart as exc:
+        processes.stop_sessions([record], grace=3)
+        failed(record, offset, exc.reason)
+        raise
+    except BaseException:
+        processes.stop_sessions([record], grace=3)
+        raise
+    return record, got
+
+
+def new_node_name(cluster: str, stem: str) -> str:
+    """A name unique to one start attempt (``--node-name``), so readiness never matches an older attempt."""
+    return f"{cluster}-{stem}-{secrets.token_hex(3)}"
