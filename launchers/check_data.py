@@ -20,13 +20,8 @@ something on one machine. The token is the proof that works everywhere. A path t
 mount point and does not see the token is a directory baked into the image or the node's own disk.
 
 Every problem on every node is collected; nothing stops at the first. The spec comes in the
-``CHECK_DATA_SPEC`` environment variable (JSON); the last stdout line is ``CHECK_DATA_RESULT {json}``.
+``CHECK_DATA_SPEC`` environment variable (JSON); the last stdout line is ``MILES_RAY_PROBE_RESULT {json}``.
 Exit 0 when the checks ran (whatever they found), 1 when they could not run.
-
-TEST FAKE: on the embedded cluster every node shares this machine's filesystem. To simulate a node that
-does not see the volume, the spec's ``test_mount_paths`` maps a node IP to another directory; that node's
-task gets ``MILES_RAY_TEST_MOUNT_PATH`` through its per-task runtime_env and reads every path under
-``mount_path`` from that directory instead. Never set outside tests.
 
 Only ``ray`` and the standard library are imported.
 """
@@ -39,22 +34,12 @@ import secrets
 import sys
 import time
 
-RESULT_PREFIX = "CHECK_DATA_RESULT "
+RESULT_PREFIX = "MILES_RAY_PROBE_RESULT "
 SPEC_ENV = "CHECK_DATA_SPEC"
-TEST_MOUNT_ENV = "MILES_RAY_TEST_MOUNT_PATH"
 TOKEN_PREFIX = ".miles-ray-check-data-"
 
 
 # -- what runs on each node ------------------------------------------------------------------------
-
-def _local(spec: dict, path: str) -> str:
-    """The path as this node sees it (identity, unless the test fake remaps the mount)."""
-    override = os.environ.get(TEST_MOUNT_ENV)
-    mount = spec["mount_path"]
-    if override and (path == mount or path.startswith(mount.rstrip("/") + "/")):
-        return override.rstrip("/") + path[len(mount.rstrip("/")):]
-    return path
-
 
 def _node_ip() -> str:
     import ray
@@ -80,8 +65,6 @@ def _readable(p: str) -> str | None:
 def probe(spec: dict) -> dict:
     """Steps 1, 2, 3 and 5 on this node."""
     out: dict = {"node_ip": _node_ip(), "hostname": os.uname().nodename, "checks": [], "missing": []}
-    if os.environ.get(TEST_MOUNT_ENV):
-        out["test_fake_mount"] = os.environ[TEST_MOUNT_ENV]
 
     def record(what: str, path: str, problem: str | None, **evidence) -> None:
         out["checks"].append({"what": what, "path": path, "ok": problem is None, **evidence,
@@ -90,28 +73,27 @@ def probe(spec: dict) -> dict:
             out["missing"].append({"what": what, "path": path, "problem": problem})
 
     mount = spec["mount_path"]
-    lm = _local(spec, mount)
-    exists = os.path.isdir(lm)
+    exists = os.path.isdir(mount)
     out["mount_exists"] = exists
-    out["mount_is_mountpoint"] = bool(exists and os.path.ismount(lm))
+    out["mount_is_mountpoint"] = bool(exists and os.path.ismount(mount))
     if exists:
-        st = os.stat(lm)
+        st = os.stat(mount)
         out["mount_device"] = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
     record("shared volume", mount, None if exists else "does not exist (volume not mounted on this node)",
            mountpoint=out["mount_is_mountpoint"])
     for what, path in spec["inputs"]:
-        record(what, path, _readable(_local(spec, path)))
+        record(what, path, _readable(path))
     # the output dir's parent, or the nearest existing ancestor inside the mount
     parent = spec["output_parent"]
     probe_dir = parent
-    while probe_dir != mount and not os.path.isdir(_local(spec, probe_dir)):
+    while probe_dir != mount and not os.path.isdir(probe_dir):
         probe_dir = os.path.dirname(probe_dir)
     out["writable_dir"] = probe_dir
     problem = None
-    if not os.path.isdir(_local(spec, probe_dir)):
+    if not os.path.isdir(probe_dir):
         problem = "does not exist"
     else:
-        f = os.path.join(_local(spec, probe_dir), f".miles-ray-probe-{secrets.token_hex(6)}")
+        f = os.path.join(probe_dir, f".miles-ray-probe-{secrets.token_hex(6)}")
         try:
             with open(f, "w") as fh:
                 fh.write("probe\n")
@@ -121,7 +103,7 @@ def probe(spec: dict) -> dict:
     record("output dir parent writable", probe_dir, problem,
            **({"note": f"{parent} does not exist yet; probed {probe_dir}"} if probe_dir != parent else {}))
     if spec.get("tracker"):
-        t = _local(spec, spec["tracker"])
+        t = spec["tracker"]
         why = _readable(t)
         evidence = {}
         if why is None:
@@ -136,7 +118,7 @@ def probe(spec: dict) -> dict:
 
 
 def write_token(spec: dict, directory: str, token: str) -> dict:
-    path = os.path.join(_local(spec, directory), TOKEN_PREFIX + token)
+    path = os.path.join(directory, TOKEN_PREFIX + token)
     try:
         with open(path, "w") as fh:
             fh.write(token)
@@ -148,7 +130,7 @@ def write_token(spec: dict, directory: str, token: str) -> dict:
 
 
 def read_token(spec: dict, directory: str, token: str) -> dict:
-    path = os.path.join(_local(spec, directory), TOKEN_PREFIX + token)
+    path = os.path.join(directory, TOKEN_PREFIX + token)
     try:
         with open(path) as fh:
             seen = fh.read()
@@ -159,7 +141,7 @@ def read_token(spec: dict, directory: str, token: str) -> dict:
 
 def remove_token(spec: dict, directory: str, token: str) -> bool:
     try:
-        os.unlink(os.path.join(_local(spec, directory), TOKEN_PREFIX + token))
+        os.unlink(os.path.join(directory, TOKEN_PREFIX + token))
         return True
     except OSError:
         return False
@@ -189,14 +171,10 @@ def run_round(fn, nodes: list[dict], spec: dict, timeout: float, *args) -> dict[
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     remote = ray.remote(fn)
-    fakes = spec.get("test_mount_paths") or {}
     refs = {}
     for n in nodes:
-        opts: dict = {"num_cpus": 0, "max_retries": 0,
-                      "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=n["node_id"], soft=False)}
-        if n["node_ip"] in fakes:  # TEST FAKE: this node "sees" another directory at mount_path
-            opts["runtime_env"] = {"env_vars": {TEST_MOUNT_ENV: fakes[n["node_ip"]]}}
-        refs[n["node_id"]] = remote.options(**opts).remote(spec, *args)
+        strategy = NodeAffinitySchedulingStrategy(node_id=n["node_id"], soft=False)
+        refs[n["node_id"]] = remote.options(num_cpus=0, max_retries=0, scheduling_strategy=strategy).remote(spec, *args)
     ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
     done = set(ready)
     out: dict[str, object] = {}

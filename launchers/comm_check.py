@@ -15,13 +15,7 @@ For each node: pass/fail, the interface, bytes/second of its ring traffic, and w
 whose actor does not start within ``--timeout`` or whose ring connection fails is named by IP and node
 id; the remaining nodes still run the ring among themselves.
 
-Fault injection (tests only, never set in normal use): ``--fault KIND:TARGET`` or
-``$MILES_RAY_COMMCHECK_FAULT`` with TARGET a node IP or node id prefix:
-``closed-port`` -- that node's actor closes its listening port after announcing it, so the peer that
-must connect to it is refused; ``no-start`` -- that node's actor blocks in its constructor past the
-timeout, so it never starts.
-
-Last line: ``COMM_CHECK_RESULT {json}``; exit 0 when every node passed, 1 otherwise. Imports only ray,
+Last line: ``MILES_RAY_PROBE_RESULT {json}``; exit 0 when every node passed, 1 otherwise. Imports only ray,
 the standard library and torch when present.
 """
 
@@ -38,8 +32,7 @@ import sys
 import threading
 import time
 
-RESULT_PREFIX = "COMM_CHECK_RESULT "
-FAULT_ENV = "MILES_RAY_COMMCHECK_FAULT"
+RESULT_PREFIX = "MILES_RAY_PROBE_RESULT "
 TCP_BACKEND = "tcp (torch not installed)"
 
 
@@ -267,19 +260,6 @@ def torch_allreduce(backend: str, rank: int, world: int, master: tuple[str, int]
 # driver
 # ------------------------------------------------------------------------------------------------
 
-def parse_fault(spec: str | None) -> tuple[str, str] | None:
-    if not spec:
-        return None
-    kind, _, target = spec.partition(":")
-    if kind not in ("closed-port", "no-start") or not target:
-        raise SystemExit(f"bad fault spec {spec!r}: use closed-port:<node ip|node id> or no-start:<node ip|node id>")
-    return kind, target
-
-
-def _targets(fault: tuple[str, str] | None, kind: str, ip: str, node_id: str) -> bool:
-    return bool(fault and fault[0] == kind and (fault[1] == ip or node_id.startswith(fault[1])))
-
-
 def emit(result: dict) -> None:
     sys.stdout.flush()
     print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
@@ -290,13 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size-mb", type=float, default=16.0, help="all-reduce payload per node (MiB)")
     p.add_argument("--timeout", type=float, default=60.0, help="bound on placement, actor start and the ring (s)")
     p.add_argument("--backend", choices=("auto", "tcp", "gloo", "nccl"), default="auto")
-    p.add_argument("--fault", default=os.environ.get(FAULT_ENV) or None, help="fault injection (tests)")
     p.add_argument("--address", default=None)
     args = p.parse_args(argv)
-    fault = parse_fault(args.fault)
     t_start = time.monotonic()
-    result: dict = {"ok": False, "nodes": [], "errors": [], "size_bytes": int(args.size_mb * 2**20),
-                    "fault_injection": args.fault}
+    result: dict = {"ok": False, "nodes": [], "errors": [], "size_bytes": int(args.size_mb * 2**20)}
 
     import ray
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
@@ -320,13 +297,9 @@ def main(argv: list[str] | None = None) -> int:
 
     @ray.remote(num_gpus=1, num_cpus=1)
     class Peer:
-        def __init__(self, fault_spec):
+        def __init__(self):
             self.ip = ray.util.get_node_ip_address()
             self.node_id = ray.get_runtime_context().get_node_id()
-            f = parse_fault(fault_spec)
-            if _targets(f, "no-start", self.ip, self.node_id):
-                time.sleep(3600)  # FAULT INJECTION: this node's actor never starts
-            self.fault = f
             self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.listener.bind((self.ip, 0))
@@ -343,8 +316,6 @@ def main(argv: list[str] | None = None) -> int:
                 info["cuda"] = bool(torch.cuda.is_available())
             except Exception:  # noqa: BLE001 - torch absent or broken: the TCP stand-in is used
                 pass
-            if _targets(self.fault, "closed-port", self.ip, self.node_id):
-                self.listener.close()  # FAULT INJECTION: the announced port is now closed
             return info
 
         def run(self, backend: str, rank: int, peers: list, size_bytes: int, timeout: float) -> dict:
@@ -381,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     bundle_node = placement_group_table(pg).get("bundles_to_node_id", {})
 
     actors = [Peer.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        placement_group=pg, placement_group_bundle_index=i)).remote(args.fault) for i in range(n_nodes)]
+        placement_group=pg, placement_group_bundle_index=i)).remote() for i in range(n_nodes)]
     hello_refs = [a.hello.remote() for a in actors]
     t_hello = time.monotonic()
     done, _ = ray.wait(hello_refs, num_returns=n_nodes, timeout=args.timeout)

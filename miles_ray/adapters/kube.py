@@ -1,8 +1,11 @@
 """Kubernetes adapter: API client loading, a thin RayCluster layer over ``CustomObjectsApi`` that raises
-real errors, capacity preflight, pod diagnosis and port-forwarding to the Ray head.
+real errors, capacity preflight, pods (summarised, or the raw objects for diagnosis), quotas, services and
+port-forwarding to the Ray head.
 
-The upstream KubeRay Python client is not on PyPI and swallows errors; this one turns every
-Kubernetes failure into a :class:`ClusterError` with one clear line (what failed, on what, why).
+The upstream KubeRay Python client is not on PyPI and swallows errors; this one turns every Kubernetes
+failure into one typed error (:mod:`miles_ray.core.errors`: ``NotFound``, ``Conflict``, ``Forbidden``,
+``Invalid``, ``Unreachable`` ...) with one clear line (what failed, on what, why), chosen from the HTTP status
+or the exception type, never from the message text.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.errors import ClusterError, ConfigError, Conflict, Invalid, NotFound, Unreachable, from_http_status
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
 CRD_NAME = "rayclusters.ray.io"
@@ -38,7 +41,7 @@ def load_client(kubeconfig: str | None = None, context: str | None = None):
             config.load_incluster_config()
             return client.ApiClient()
         except ConfigException as e:
-            raise ClusterError(f"in-cluster Kubernetes config failed: {e}") from None
+            raise Unreachable(f"in-cluster Kubernetes config failed: {e}") from None
     path = str(Path(path or "~/.kube/config").expanduser())
     if not Path(path).is_file():
         raise ConfigError(f"kubeconfig {path} does not exist",
@@ -56,34 +59,28 @@ def load_client(kubeconfig: str | None = None, context: str | None = None):
 
 
 def api_error(e: BaseException, action: str) -> ClusterError:
-    """Turn a kubernetes client/urllib3 exception into one clear line."""
+    """The typed error for a kubernetes client/urllib3 exception: by HTTP status (403 Forbidden, 404 NotFound,
+    409 Conflict, 400/422 Invalid, 5xx/429 Unreachable), or Unreachable when the API did not answer."""
     from kubernetes.client.exceptions import ApiException
 
-    if isinstance(e, ApiException):
+    if isinstance(e, ApiException) and e.status:
         reason = e.reason or ""
         try:
             body = json.loads(e.body or "{}")
             reason = body.get("message") or reason
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, AttributeError):
             pass
         if e.status == 403:
-            return ClusterError(f"forbidden: {action}: {reason}",
-                                hint="your identity lacks this permission; see manifests/rbac.yaml for what miles-ray needs")
+            return from_http_status(403, f"forbidden: {action}: {reason}",
+                                    "your identity lacks this permission; see manifests/rbac.yaml for what "
+                                    "miles-ray needs")
         if e.status == 401:
-            return ClusterError(f"unauthorized: {action}: the cluster rejected the credentials in the kubeconfig")
-        err = ClusterError(f"{action} failed: HTTP {e.status}: {reason}")
-        err.status = e.status  # type: ignore[attr-defined]
-        return err
-    return ClusterError(f"{action} failed: the Kubernetes API is unreachable ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:200]})", hint="check the kubeconfig server and your network")
-
-
-def is_transient(e: BaseException) -> bool:
-    from kubernetes.client.exceptions import ApiException
-
-    if isinstance(e, ApiException):
-        return e.status in (429, 500, 502, 503, 504) or e.status == 0
-    return isinstance(e, (OSError, ConnectionError)) or type(e).__module__.startswith("urllib3")
+            return from_http_status(401, f"unauthorized: {action}: the cluster rejected the credentials in the "
+                                         "kubeconfig")
+        return from_http_status(e.status, f"{action} failed: HTTP {e.status}: {reason}")
+    detail = (e.reason if isinstance(e, ApiException) else str(e)) or type(e).__name__
+    return Unreachable(f"{action} failed: the Kubernetes API is unreachable ({type(e).__name__}: "
+                       f"{str(detail).splitlines()[0][:200]})", hint="check the kubeconfig server and your network")
 
 
 def _status(e: BaseException) -> int | None:
@@ -93,7 +90,7 @@ def _status(e: BaseException) -> int | None:
 # -- the thin RayCluster layer ------------------------------------------------------------------
 
 class RayClusters:
-    """create/get/list/patch/delete of ``ray.io/v1`` RayClusters, raising ClusterError."""
+    """create/get/list/patch/delete of ``ray.io/v1`` RayClusters, raising typed errors (see :func:`api_error`)."""
 
     def __init__(self, api_client) -> None:
         from kubernetes import client
@@ -103,7 +100,7 @@ class RayClusters:
     def get(self, namespace: str, name: str) -> dict | None:
         try:
             return self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except Exception as e:  # noqa: BLE001 - mapped to ClusterError
+        except Exception as e:  # noqa: BLE001 - mapped to a typed error
             if _status(e) == 404:
                 return None
             raise api_error(e, f"get RayCluster {namespace}/{name}") from None
@@ -150,8 +147,8 @@ class RayClusters:
         for attempt in range(CONFLICT_RETRIES):
             rc = self.get(namespace, name)
             if rc is None:
-                raise ClusterError(f"RayCluster {namespace}/{name} does not exist",
-                                   hint="'miles-ray status' lists what is there; create it with 'miles-ray up'")
+                raise NotFound(f"RayCluster {namespace}/{name} does not exist",
+                               hint="'miles-ray status' lists what is there; create it with 'miles-ray up'")
             groups = rc.get("spec", {}).get("workerGroupSpecs") or []
             index = next((i for i, g in enumerate(groups) if g.get("groupName") == group), None)
             if index is None:
@@ -174,15 +171,15 @@ class RayClusters:
                 notes.append(f"minReplicas {g['minReplicas']} -> {replicas}")
             try:
                 return self.json_patch(namespace, name, ops), notes
-            except ClusterError as e:
-                if getattr(e, "status", None) in (409, 422) and attempt + 1 < CONFLICT_RETRIES:
+            except (Conflict, Invalid) as e:  # a guarding 'test' op failed (422) or a lost race (409)
+                if attempt + 1 < CONFLICT_RETRIES:
                     last = e
                     if on_retry:
                         on_retry(f"RayCluster changed while scaling (HTTP {e.status}); retrying on fresh state")
                     time.sleep(0.2 * (attempt + 1))
                     continue
                 raise
-        raise last or ClusterError("scale failed after retries")
+        raise last or Conflict(f"scaling RayCluster {namespace}/{name} failed after {CONFLICT_RETRIES} attempts")
 
 
 # -- preflight ----------------------------------------------------------------------------------
@@ -320,23 +317,54 @@ def gpu_capacity(api_client, node_selector: dict[str, str], tolerations: list[di
     return cap
 
 
-# -- pods: what is going on ---------------------------------------------------------------------
+# -- pods, quotas, services ---------------------------------------------------------------------
 
 FATAL_WAITING = {"ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "CreateContainerConfigError",
                  "InvalidImageName", "CreateContainerError", "RunContainerError"}
 
 
-def cluster_pods(api_client, namespace: str, cluster: str) -> list[dict]:
-    """Pods of a RayCluster with phase, node and the reason they are not running (if any)."""
+def list_pods(api_client, namespace: str, label_selector: str = "") -> list[Any]:
+    """The raw ``V1Pod`` objects matching ``label_selector`` (for diagnosis that needs every field)."""
     from kubernetes import client
 
     try:
-        pods = client.CoreV1Api(api_client).list_namespaced_pod(
-            namespace, label_selector=f"ray.io/cluster={cluster}").items
+        return client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=label_selector).items
     except Exception as e:  # noqa: BLE001
-        raise api_error(e, f"list pods of {cluster}") from None
+        raise api_error(e, f"list pods in {namespace}" + (f" ({label_selector})" if label_selector else "")) from None
+
+
+def cluster_selector(cluster: str, role: str | None = None) -> str:
+    """The label selector of a RayCluster's pods (KubeRay labels), optionally only the head or the workers."""
+    return f"ray.io/cluster={cluster}" + (f",ray.io/node-type={role}" if role else "")
+
+
+def list_quotas(api_client, namespace: str) -> list[Any]:
+    """The namespace's ``V1ResourceQuota`` objects."""
+    from kubernetes import client
+
+    try:
+        return client.CoreV1Api(api_client).list_namespaced_resource_quota(namespace).items
+    except Exception as e:  # noqa: BLE001
+        raise api_error(e, f"list ResourceQuotas in {namespace}") from None
+
+
+def service_ports(api_client, namespace: str, name: str) -> list[int] | None:
+    """The ports of Service ``namespace/name``, or None when it does not exist."""
+    from kubernetes import client
+
+    try:
+        svc = client.CoreV1Api(api_client).read_namespaced_service(name, namespace)
+    except Exception as e:  # noqa: BLE001
+        if _status(e) == 404:
+            return None
+        raise api_error(e, f"read Service {namespace}/{name}") from None
+    return [p.port for p in (svc.spec.ports or [])]
+
+
+def cluster_pods(api_client, namespace: str, cluster: str) -> list[dict]:
+    """Pods of a RayCluster with phase, node and the reason they are not running (if any)."""
     out = []
-    for p in pods:
+    for p in list_pods(api_client, namespace, cluster_selector(cluster)):
         labels = p.metadata.labels or {}
         reason, message, fatal = "", "", False
         for c in p.status.conditions or []:
@@ -366,27 +394,69 @@ def cluster_pods(api_client, namespace: str, cluster: str) -> list[dict]:
 # -- port-forward to the head -------------------------------------------------------------------
 
 def head_pod(api_client, namespace: str, cluster: str) -> str:
-    from kubernetes import client
+    """The name of the RayCluster's running head pod: NotFound when it has none, Unreachable when it is not
+    running (yet)."""
+    pods = list_pods(api_client, namespace, cluster_selector(cluster, "head"))
+    if not pods:
+        raise NotFound(f"RayCluster {namespace}/{cluster} has no head pod",
+                       hint="'miles-ray status' shows what is there; 'miles-ray up' creates it")
+    running = [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+    if not running:
+        states = ", ".join(f"{p.metadata.name} {p.status.phase}" for p in pods)
+        raise Unreachable(f"the head pod of RayCluster {namespace}/{cluster} is not running ({states})",
+                          hint="'miles-ray status' shows why; 'miles-ray up' waits for it")
+    return running[0].metadata.name
+
+
+def _handshake_failure(e: BaseException) -> tuple[int | None, str]:
+    """(HTTP status, the API server's message) of a refused port-forward: the client library wraps the websocket
+    handshake's answer (``WebSocketBadStatusException``: ``status_code``, ``resp_body`` -- a Kubernetes Status)
+    in other exceptions, so the chain is searched for it. (None, the first line) when the server never answered."""
+    cur: BaseException | None = e
+    for _ in range(8):
+        if cur is None:
+            break
+        status = getattr(cur, "status_code", None)
+        if isinstance(status, int):
+            message = getattr(cur, "status_message", None) or ""
+            try:
+                message = json.loads(getattr(cur, "resp_body", None) or "{}").get("message") or message
+            except (ValueError, TypeError, AttributeError):
+                pass
+            return status, str(message)
+        cur = cur.__cause__ or cur.__context__
+    lines = str(e).strip().splitlines()
+    return None, lines[0] if lines else type(e).__name__
+
+
+def _open_tunnel(core, namespace: str, pod: str, remote_port: int):
+    """One port-forward stream to ``pod:remote_port`` through the API server (a websocket). A refusal is typed by
+    the API server's HTTP status (Forbidden when RBAC denies pods/portforward; Unreachable when the server cannot
+    reach the pod's node) and names the pod."""
+    from kubernetes.stream import portforward
 
     try:
-        pods = client.CoreV1Api(api_client).list_namespaced_pod(
-            namespace, label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head").items
-    except Exception as e:  # noqa: BLE001
-        raise api_error(e, f"find the head pod of {cluster}") from None
-    running = [p for p in pods if p.status.phase == "Running"]
-    if not running:
-        raise ClusterError(f"the head pod of {cluster} is not running",
-                           hint="'miles-ray status' shows why; 'miles-ray up' waits for it")
-    return running[0].metadata.name
+        pf = portforward(core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(remote_port))
+        return pf, pf.socket(remote_port)
+    except Exception as e:  # noqa: BLE001 - typed below, from the handshake's status
+        status, message = _handshake_failure(e)
+        what = f"cannot port-forward to pod {namespace}/{pod} port {remote_port} through the Kubernetes API"
+        hint = "is the pod running on a node the API server can reach? 'miles-ray status' shows the pods"
+        if status is None:
+            raise Unreachable(f"{what} ({message[:300]})", hint=hint) from None
+        raise from_http_status(status, f"{what}: HTTP {status}: {message[:300]}", hint) from None
 
 
 @contextmanager
 def port_forward(api_client, namespace: str, pod: str, remote_port: int = 8265) -> Iterator[str]:
-    """Forward 127.0.0.1:<free port> to ``pod:remote_port`` through the API server; yields the URL."""
+    """Forward 127.0.0.1:<free port> to ``pod:remote_port`` through the API server; yields the URL.
+
+    The first stream is opened before anything is yielded, so a pod the API server cannot forward to fails here
+    with an Unreachable error naming the pod (instead of a connection reset on the first request)."""
     from kubernetes import client
-    from kubernetes.stream import portforward
 
     core = client.CoreV1Api(api_client)
+    pending = [_open_tunnel(core, namespace, pod, remote_port)]  # the checked stream serves the first client
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", 0))
@@ -419,9 +489,8 @@ def port_forward(api_client, namespace: str, pod: str, remote_port: int = 8265) 
             except OSError:
                 return
             try:
-                pf = portforward(core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(remote_port))
-                remote = pf.socket(remote_port)
-            except Exception:  # noqa: BLE001 - the client sees a closed connection
+                _, remote = pending.pop() if pending else _open_tunnel(core, namespace, pod, remote_port)
+            except Unreachable:  # the client sees a closed connection
                 conn.close()
                 continue
             threading.Thread(target=pump, args=(conn, remote), daemon=True).start()
@@ -435,3 +504,5 @@ def port_forward(api_client, namespace: str, pod: str, remote_port: int = 8265) 
         stop.set()
         server.close()
         thread.join(timeout=2)
+        for _, unused in pending:
+            unused.close()

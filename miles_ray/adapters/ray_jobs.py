@@ -2,8 +2,12 @@
 
 ``ray`` is imported lazily inside the functions (``ray.job_submission`` costs ~0.2 s), and the
 topology calls use plain HTTP against the state API (``GET /api/v0/nodes``) -- ``ray status``
-lags by seconds. Every "cannot reach" failure becomes one ``ClusterError`` line naming the
-address and how to fix it.
+lags by seconds.
+
+Every failure is one typed error (:mod:`miles_ray.core.errors`) naming the address: ``Unreachable`` when the
+head does not answer (by exception type: connection errors, timeouts), else the type of the HTTP status the
+head answered with (``NotFound`` for an unknown job, ...). Ray's SDK only puts that status into the text of a
+``RuntimeError``; :class:`_TypedClient` takes it from the response instead, so nothing here reads error text.
 """
 
 from __future__ import annotations
@@ -12,25 +16,26 @@ import asyncio
 import json
 import time
 import urllib.error
-import warnings
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from miles_ray.core.errors import ClusterError
+from miles_ray.core.errors import ClusterError, ConfigError, NotFound, TimedOut, Unreachable, from_http_status
 
 Progress = Callable[[str], None] | None
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 FIX_HINT = "start a local cluster with `miles-ray up --backend local`, or pass --address http://<head>:8265"
+RUNS_HINT = "'miles-ray runs' lists the runs and their jobs"
 
 
 def normalize_address(address: str) -> str:
     address = (address or "").strip().rstrip("/")
     if not address:
-        raise ClusterError("no Ray address given", hint=FIX_HINT)
+        raise ConfigError("no Ray address given", hint=FIX_HINT)
     if address.startswith("ray://"):
-        raise ClusterError(
+        raise ConfigError(
             f"{address} is a Ray Client address; the Jobs API needs the dashboard URL", hint="use http://<head>:8265"
         )
     if "://" not in address:
@@ -38,8 +43,8 @@ def normalize_address(address: str) -> str:
     return address
 
 
-def _unreachable(address: str, exc: BaseException | str) -> ClusterError:
-    return ClusterError(f"cannot reach the Ray Jobs API at {address} ({exc})", hint=FIX_HINT)
+def _unreachable(address: str, exc: BaseException | str) -> Unreachable:
+    return Unreachable(f"cannot reach the Ray Jobs API at {address} ({exc})", hint=FIX_HINT)
 
 
 _QUIET_LOGGERS = (
@@ -49,7 +54,16 @@ _QUIET_LOGGERS = (
 )
 
 
+class _HeadAnswered(Exception):
+    """The head answered a Jobs API request with an error status (raised by :class:`_TypedClient`)."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text.strip()[:300]}")
+        self.status = status
+
+
 def _client(address: str):
+    """A JobSubmissionClient whose failed requests raise :class:`_HeadAnswered` with the HTTP status."""
     address = normalize_address(address)
     import logging
 
@@ -58,15 +72,20 @@ def _client(address: str):
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError as exc:  # pragma: no cover - ray is a dependency
-        raise ClusterError("ray is not installed", hint='pip install "ray[default]"') from exc
-    import logging
+        raise ConfigError("ray is not installed", hint='pip install "ray[default]"') from exc
+
+    class _TypedClient(JobSubmissionClient):
+        # The SDK's one hook that turns a non-200 response into an error (a RuntimeError with the status in its
+        # text): keep the status as data instead.
+        def _raise_error(self, r) -> None:  # noqa: ANN001 - requests.Response
+            raise _HeadAnswered(r.status_code, r.text or "")
 
     # Ray's SDK logs upload chatter (INFO/WARNING) on our stderr; miles-ray reports progress itself. Its modules
     # set their own levels, so quieten every ray logger that exists once the SDK is imported.
     for name in [n for n in logging.root.manager.loggerDict if n == "ray" or n.startswith("ray.")]:
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        return JobSubmissionClient(address)
+        return _TypedClient(address)
     except Exception as exc:  # ConnectionError, requests errors, version-check failures
         raise _unreachable(address, _short(exc)) from exc
 
@@ -76,19 +95,25 @@ def _short(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
+def _typed(address: str, what: str, exc: BaseException, not_found: str | None = None) -> ClusterError:
+    """The typed error for a failed Jobs API call, by what was raised (never by its text)."""
+    if isinstance(exc, ClusterError):
+        return exc
+    if isinstance(exc, _HeadAnswered):
+        if exc.status == 404:
+            return NotFound(not_found or f"{what}: no such job on {address}", hint=RUNS_HINT, status=404)
+        return from_http_status(exc.status, f"{what} failed on {address}: {exc}")
+    status = getattr(exc, "status", None)  # aiohttp's handshake and response errors carry the HTTP status
+    if isinstance(status, int) and status >= 400:
+        return _typed(address, what, _HeadAnswered(status, getattr(exc, "message", "") or ""), not_found)
+    return _unreachable(address, _short(exc))
+
+
 def _call(address: str, what: str, fn: Callable[[], Any]) -> Any:
     try:
         return fn()
-    except ClusterError:
-        raise
-    except Exception as exc:
-        msg = _short(exc)
-        low = msg.lower()
-        if "does not exist" in low or "not found" in low or "404" in low:
-            raise ClusterError(f"{what}: no such job on {address}", hint="list jobs with `miles-ray jobs`") from exc
-        if any(k in low for k in ("connection", "refused", "timed out", "max retries", "cannot connect")):
-            raise _unreachable(address, msg) from exc
-        raise ClusterError(f"{what} failed on {address}: {msg}") from exc
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one typed error
+        raise _typed(address, what, exc) from exc
 
 
 # ------------------------------------------------------------------------------------------
@@ -96,18 +121,23 @@ def _call(address: str, what: str, fn: Callable[[], Any]) -> Any:
 # ------------------------------------------------------------------------------------------
 
 
-def _get_json(url: str, timeout: float) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310
-        return json.load(resp)
+def _get_json(address: str, path: str, timeout: float) -> Any:
+    try:
+        with urllib.request.urlopen(f"{address}{path}", timeout=timeout) as resp:  # noqa: S310
+            return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        raise from_http_status(exc.code, f"GET {path} failed on the Ray head at {address}: HTTP {exc.code}",
+                               hint="is this a Ray dashboard (http://HEAD:8265)?") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise _unreachable(address, exc) from exc
+    except ValueError as exc:
+        raise _unreachable(address, f"the answer to GET {path} is not JSON: not a Ray dashboard") from exc
 
 
 def cluster_topology(address: str, timeout: float = 5.0) -> dict:
     """ALIVE nodes with head flag, GPUs and CPUs, from ``GET {address}/api/v0/nodes``."""
     address = normalize_address(address)
-    try:
-        payload = _get_json(f"{address}/api/v0/nodes?limit=10000", timeout)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise _unreachable(address, exc) from exc
+    payload = _get_json(address, "/api/v0/nodes?limit=10000", timeout)
     data = (payload.get("data") or {}).get("result") or {}
     rows = data.get("result", []) if isinstance(data, dict) else data
     nodes = []
@@ -144,10 +174,7 @@ def cluster_topology(address: str, timeout: float = 5.0) -> dict:
 def ray_version(address: str, timeout: float = 5.0) -> str | None:
     """The Ray version the head runs (``GET /api/version``), or None if it does not say."""
     address = normalize_address(address)
-    try:
-        payload = _get_json(f"{address}/api/version", timeout)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise _unreachable(address, exc) from exc
+    payload = _get_json(address, "/api/version", timeout)
     version = payload.get("ray_version") if isinstance(payload, dict) else None
     return str(version) if version else None
 
@@ -174,7 +201,7 @@ def wait_for_gpu_nodes(
             last = msg
         if time.monotonic() >= deadline:
             have = ", ".join(f"{n['ip']}={n['gpus']:g}" for n in topo["nodes"]) or "none"
-            raise ClusterError(
+            raise TimedOut(
                 f"only {len(ready)} of {n_nodes} nodes with {gpus_per_node} GPUs joined {topo['address']} "
                 f"within {timeout:.0f}s (alive nodes and GPUs: {have})",
                 hint="scale the cluster up or ask for fewer nodes",
@@ -203,14 +230,12 @@ def _info_dict(info: Any) -> dict:
     }
 
 
-def _existing(client: Any, submission_id: str) -> Any | None:
+def _existing(address: str, client: Any, submission_id: str) -> Any | None:
+    """The job's info, or None when the head has no job of that id."""
     try:
-        return client.get_job_info(submission_id)
-    except Exception as exc:
-        low = str(exc).lower()
-        if "does not exist" in low or "not found" in low or "404" in low:
-            return None
-        raise
+        return _call(address, f"looking up job {submission_id}", lambda: client.get_job_info(submission_id))
+    except NotFound:
+        return None
 
 
 def submit(
@@ -219,9 +244,6 @@ def submit(
     runtime_env: dict | None = None,
     submission_id: str | None = None,
     metadata: dict[str, str] | None = None,
-    entrypoint_num_cpus: float | None = None,
-    entrypoint_num_gpus: float | None = None,
-    entrypoint_resources: dict[str, float] | None = None,
 ) -> tuple[str, bool]:
     """Submit a job; return ``(job_id, created)``.
 
@@ -230,10 +252,8 @@ def submit(
     """
     address = normalize_address(address)
     client = _client(address)
-    if submission_id:
-        found = _call(address, f"looking up job {submission_id}", lambda: _existing(client, submission_id))
-        if found is not None:
-            return submission_id, False
+    if submission_id and _existing(address, client, submission_id) is not None:
+        return submission_id, False
     kwargs: dict[str, Any] = {"entrypoint": entrypoint}
     if runtime_env:
         kwargs["runtime_env"] = runtime_env
@@ -241,21 +261,17 @@ def submit(
         kwargs["submission_id"] = submission_id
     if metadata:
         kwargs["metadata"] = {str(k): str(v) for k, v in metadata.items()}
-    if entrypoint_num_cpus is not None:
-        kwargs["entrypoint_num_cpus"] = entrypoint_num_cpus
-    if entrypoint_num_gpus is not None:
-        kwargs["entrypoint_num_gpus"] = entrypoint_num_gpus
-    if entrypoint_resources:
-        kwargs["entrypoint_resources"] = entrypoint_resources
     try:
         job_id = client.submit_job(**kwargs)
-    except Exception as exc:
-        if submission_id and "already exists" in str(exc).lower():
-            return submission_id, False  # lost the race to a concurrent submit of the same id
-        msg = _short(exc)
-        if any(k in msg.lower() for k in ("connection", "refused", "max retries")):
-            raise _unreachable(address, msg) from exc
-        raise ClusterError(f"Ray refused the job on {address}: {msg}") from exc
+    except Exception as exc:  # noqa: BLE001 - typed below
+        error = _typed(address, "submitting the job", exc)
+        # The head answered with an error (a concurrent submit of the same id makes it answer 400 or 500): if the
+        # job exists now, this submit lost that race and the job is the same one.
+        if submission_id and isinstance(exc, _HeadAnswered) and _existing(address, client, submission_id):
+            return submission_id, False
+        if not isinstance(exc, _HeadAnswered):
+            raise error from exc
+        raise type(error)(f"Ray refused the job on {address}: {_short(exc)}", error.hint, error.status) from exc
     return job_id, True
 
 
@@ -272,7 +288,7 @@ def wait(
     until: tuple[str, ...] = TERMINAL,
     poll: float = 0.5,
 ) -> dict:
-    """Poll until the job's status is in ``until`` (default: terminal); ``ClusterError`` on timeout."""
+    """Poll until the job's status is in ``until`` (default: terminal); ``TimedOut`` after ``timeout`` seconds."""
     address = normalize_address(address)
     client = _client(address)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -281,7 +297,7 @@ def wait(
         if info["status"] in until or info["status"] in TERMINAL:
             return info
         if deadline is not None and time.monotonic() >= deadline:
-            raise ClusterError(f"job {job_id} is still {info['status']} after {timeout:.0f}s on {address}")
+            raise TimedOut(f"job {job_id} is still {info['status']} after {timeout:.0f}s on {address}")
         time.sleep(poll)
 
 
@@ -294,13 +310,14 @@ def logs(address: str, job_id: str) -> str:
 def follow_logs(address: str, job_id: str) -> Iterator[str]:
     """Yield log chunks as the job writes them; ends when the job ends.
 
-    Wraps the async ``tail_job_logs`` in a private event loop. If the head goes away (or the
-    stream stops while the job is not finished) a ``ClusterError`` says so.
+    Wraps the async ``tail_job_logs`` in a private event loop. An unknown job is ``NotFound``; if the head goes
+    away (or the stream stops while the job is not finished), ``Unreachable`` says so.
     """
     address = normalize_address(address)
     client = _client(address)
     loop = asyncio.new_event_loop()
     agen = client.tail_job_logs(job_id)
+    lost = ("check the cluster with `miles-ray status`; the job may still be running")
     try:
         while True:
             try:
@@ -309,14 +326,12 @@ def follow_logs(address: str, job_id: str) -> Iterator[str]:
                     chunk = loop.run_until_complete(agen.__anext__())
             except StopAsyncIteration:
                 break
-            except Exception as exc:
-                msg = _short(exc)
-                if "does not exist" in msg.lower() or "404" in msg:
-                    raise ClusterError(f"no job {job_id} on {address}") from exc
-                raise ClusterError(
-                    f"lost the log stream of job {job_id}: the Ray head at {address} went away ({msg})",
-                    hint="check the cluster with `miles-ray status`; the job may still be running",
-                ) from exc
+            except Exception as exc:  # noqa: BLE001 - typed below
+                error = _typed(address, f"logs of job {job_id}", exc, not_found=f"no job {job_id} on {address}")
+                if isinstance(error, NotFound):
+                    raise error from exc
+                raise Unreachable(f"lost the log stream of job {job_id}: the Ray head at {address} went away "
+                                  f"({_short(exc)})", hint=lost) from exc
             yield chunk
     finally:
         try:
@@ -327,14 +342,13 @@ def follow_logs(address: str, job_id: str) -> Iterator[str]:
     # The websocket also closes normally when the head shuts down: make sure the job really ended.
     try:
         final = client.get_job_status(job_id)
-    except Exception as exc:
-        raise ClusterError(
-            f"lost the log stream of job {job_id}: the Ray head at {address} went away ({_short(exc)})",
-            hint="check the cluster with `miles-ray status`",
-        ) from exc
+    except Exception as exc:  # noqa: BLE001
+        raise Unreachable(f"lost the log stream of job {job_id}: the Ray head at {address} went away "
+                          f"({_short(exc)})", hint="check the cluster with `miles-ray status`") from exc
     value = str(getattr(final, "value", final))
     if value not in TERMINAL:
-        raise ClusterError(f"the log stream of job {job_id} on {address} ended while the job is still {value}")
+        raise Unreachable(f"the log stream of job {job_id} on {address} ended while the job is still {value}",
+                          hint=lost)
 
 
 def stop(address: str, job_id: str) -> bool:

@@ -1,4 +1,5 @@
-"""Local state on disk: run records and the local backend's cluster files.
+"""Local state on disk: run records, the bookkeeping of Kubernetes clusters made by ``up``, and where the
+local backend keeps its cluster files.
 
 Every write is atomic (temp file in the same directory + fsync + rename), so a reader never sees a
 torn file, and writers of one directory are serialised by a file lock.
@@ -60,6 +61,33 @@ def locked(path: Path, timeout: float = 30.0) -> Iterator[None]:
             yield
     except Timeout:
         raise ClusterError(f"{path} is locked by another miles-ray process for more than {timeout:.0f}s") from None
+
+
+def local_clusters_dir() -> Path:
+    """Where the local backend (``up --backend local``) keeps one state file per cluster."""
+    return state_dir() / "local"
+
+
+# -- Kubernetes clusters made by 'up' ------------------------------------------------------------
+
+def kube_cluster_path(context: str | None, namespace: str, name: str) -> Path:
+    """The bookkeeping of a cluster made by ``up`` on Kubernetes: which RayCluster it is (a Polyaxon operation
+    names its RayCluster after the run), and the Polyaxon run behind it."""
+    return state_dir() / "clusters" / (context or "current-context") / namespace / f"{name}.json"
+
+
+def read_kube_cluster(context: str | None, namespace: str, name: str) -> dict[str, Any]:
+    """The bookkeeping of cluster ``name``; without one, a RayCluster of that name made directly."""
+    rec = read_json(kube_cluster_path(context, namespace, name))
+    return rec or {"name": name, "via": "kuberay", "raycluster": name, "namespace": namespace}
+
+
+def write_kube_cluster(context: str | None, namespace: str, name: str, record: dict[str, Any]) -> None:
+    atomic_write_json(kube_cluster_path(context, namespace, name), record)
+
+
+def remove_kube_cluster(context: str | None, namespace: str, name: str) -> None:
+    kube_cluster_path(context, namespace, name).unlink(missing_ok=True)
 
 
 # -- run records ---------------------------------------------------------------------------------

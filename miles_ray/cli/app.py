@@ -9,6 +9,7 @@ import typer
 
 from miles_ray.cli import (check_data, comm_check, compare, doctor, down, init, logs, plan, recipes, register, render,
                            runs, scale, status, stop, submit, up)
+from miles_ray.core.errors import MilesRayError
 
 app = typer.Typer(
     name="miles-ray",
@@ -67,8 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         from typer._click import exceptions as click
     except ImportError:  # pragma: no cover - older Typer on real click
         from click import exceptions as click  # type: ignore[no-redef]
-
-    from miles_ray.core.errors import MilesRayError
 
     try:
         rv = app(args=argv, prog_name="miles-ray", standalone_mode=False)

@@ -6,8 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, config_flags, emit,
-                                  out, progress_display)
+from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
+                                  Output, OutputOpt, config_flags, emit, out, progress_display)
+from miles_ray.core.config import load_config
+from miles_ray.services.commcheck import comm_check
 
 
 def _rate(v) -> str:
@@ -17,12 +19,14 @@ def _rate(v) -> str:
 
 
 def comm_check_cmd(
-    address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard / Jobs API URL [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
+    address: Annotated[Optional[str], typer.Option("--address", help="the Ray head: dashboard / Jobs API URL, k8s://NAMESPACE/RAYCLUSTER (a port-forward) or local://NAME [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
     name: NameOpt = None,
     backend: BackendOption = Backend.auto,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
     size_mb: Annotated[float, typer.Option("--size-mb", help="all-reduce payload per node, MiB")] = 16.0,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="bound on placement, actor start and the ring, seconds each")] = 60.0,
-    inject_fault: Annotated[Optional[str], typer.Option("--inject-fault", hidden=True, help="TESTS ONLY: closed-port:<node ip> or no-start:<node ip>", show_default=False)] = None,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -40,13 +44,11 @@ def comm_check_cmd(
 
       miles-ray comm-check --address http://HEAD:8265 --size-mb 256 -o json
     """
-    from miles_ray.core.config import load_config
-    from miles_ray.services.commcheck import comm_check
-
-    cfg = load_config(config_flags(name=name), config)
+    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig),
+                      config)
     with progress_display("comm check", quiet=output is not Output.table) as p:
         result = comm_check(cfg, address=address, backend=backend.value, size_mb=size_mb, timeout=timeout,
-                            fault=inject_fault, progress=p)
+                            progress=p)
 
     def table() -> None:
         from rich.table import Table

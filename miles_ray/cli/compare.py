@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from miles_ray.cli.common import Output, OutputOpt, emit, out
+from miles_ray.services.compare import compare
 
 
 def _fmt(v) -> str:
@@ -32,8 +33,6 @@ def compare_cmd(
     then, a better metric is not by itself proof of a better model.
     """
     from rich.table import Table
-
-    from miles_ray.services.compare import compare
 
     result = compare(run_a, run_b)
 

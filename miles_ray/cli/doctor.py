@@ -8,6 +8,8 @@ import typer
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NamespaceOpt, Output,
                                   OutputOpt, RecipeFileOpt, config_flags, emit, out, progress_display)
+from miles_ray.core.config import load_config
+from miles_ray.services.doctor import doctor
 
 MARK = {"problem": "[red]✗[/]", "warning": "[yellow]![/]", "ok": "[green]✓[/]", "skipped": "[dim]-[/]"}
 
@@ -15,7 +17,7 @@ MARK = {"problem": "[red]✗[/]", "warning": "[yellow]![/]", "ok": "[green]✓[/
 def findings_table(rep: dict) -> None:
     out.print(f"doctor {rep['kind']} {rep['target']} (cluster {rep['cluster']}, {rep['backend']})")
     for f in rep["findings"]:
-        out.print(f"{MARK.get(f['status'], '?')} [bold]{f['check']}[/] [dim]({f['seed']})[/]: {f['summary']}")
+        out.print(f"{MARK.get(f['status'], '?')} [bold]{f['check']}[/] [dim]({f['checklist']})[/]: {f['summary']}")
         if f["status"] in ("problem", "warning", "skipped"):
             for e in f["evidence"]:
                 out.print(f"    [dim]·[/] {e}")
@@ -50,21 +52,10 @@ def doctor_cmd(
 
       miles-ray doctor q4-b --address http://127.0.0.1:8265
     """
-    from miles_ray.cli.check_data import python_for
-    from miles_ray.core.config import load_config
-    from miles_ray.services.doctor import doctor
-
     cfg = load_config(config_flags(namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe_file=recipe_file), config)
-    if target and backend is Backend.auto and address is None:
-        from miles_ray.services.clusters import local_exists
-
-        local_cfg = cfg.model_copy(update={"name": target})
-        python = python_for(local_cfg, None, "local") if local_exists(target) else None
-    else:
-        python = python_for(cfg, address, backend.value)
     with progress_display("diagnosing", quiet=output is not Output.table) as p:
-        rep = doctor(cfg, target, backend.value, address, timeout=timeout, python=python, progress=p)
+        rep = doctor(cfg, target, backend.value, address, timeout=timeout, progress=p)
     emit(rep, output, lambda: findings_table(rep))
     if rep["problems"]:
         raise typer.Exit(1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, NamespaceOpt, Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, YesOpt, config_flags,
                                   emit, err)
 from miles_ray.core.errors import ConfigError
+from miles_ray.core.config import load_config
+from miles_ray.services import clusters
 
 
 def down_cmd(
@@ -22,9 +24,6 @@ def down_cmd(
     Asks for confirmation unless --yes (the local backend, which only stops local processes, does not ask).
     """
     import sys
-
-    from miles_ray.core.config import load_config
-    from miles_ray.services import clusters
 
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)

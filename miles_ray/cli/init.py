@@ -9,6 +9,7 @@ import typer
 
 from miles_ray.cli.common import err
 from miles_ray.core.errors import ConfigError
+from miles_ray.core.config import STARTER
 
 
 def init_cmd(
@@ -16,8 +17,6 @@ def init_cmd(
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
 ) -> None:
     """Write a commented starter configuration file (every key, its default and what it does)."""
-    from miles_ray.core.config import STARTER
-
     try:
         _write_starter(path, force, STARTER)
     except (OSError, ValueError) as e:  # a name too long, a NUL byte, a read-only directory...

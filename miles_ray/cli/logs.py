@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from miles_ray.services.jobs import EXIT_CODES, latest_run, run_logs, run_status
+
 
 def stream(run: str, follow: bool, quiet: bool = False) -> int:
     """Print the logs; return the exit code for the job's final state."""
-    from miles_ray.services.jobs import EXIT_CODES, run_logs, run_status
-
     for chunk in run_logs(run, follow):
         sys.stdout.write(chunk)
         sys.stdout.flush()
@@ -27,8 +27,6 @@ def logs_cmd(
 ) -> None:
     """Print a run's job logs (from the Ray Jobs API). With --follow, stream until the job ends and exit with
     0 succeeded, 1 failed, 4 stopped. If the head goes away while following, say so and exit 1."""
-    from miles_ray.services.jobs import latest_run
-
     code = stream(run or latest_run(), follow)
     if follow:
         raise typer.Exit(code)

@@ -6,24 +6,8 @@ from rich.table import Table
 
 from miles_ray.cli.common import (ConfigOpt, GpusOpt, LayoutOpt, NodesOpt, OutputOpt, RecipeFileOpt, RecipeOpt,
                                   RolloutGpusOpt, RolloutNodesOpt, Output, config_flags, emit, out, warn)
-from miles_ray.core.errors import PlanError
-
-
-def resolve_plan(cfg):
-    """Config -> (recipe, plan). Shared by plan, render, up and submit."""
-    from miles_ray.core.planner import plan_split
-    from miles_ray.core.recipes import get_recipe
-
-    recipe = get_recipe(cfg.recipe, cfg.recipe_file)
-    plan = plan_split(recipe, cfg.nodes, cfg.gpus_per_node, cfg.layout, cfg.rollout_nodes, cfg.rollout_gpus)
-    return recipe, plan
-
-
-def require_feasible(plan) -> None:
-    from miles_ray.core.planner import summary_line
-
-    if not plan.feasible:
-        raise PlanError(summary_line(plan), violations=plan.errors)
+from miles_ray.core.plans import require_feasible, resolve_plan
+from miles_ray.core.config import load_config
 
 
 def plan_table(plan) -> None:
@@ -72,8 +56,6 @@ def plan_cmd(
 
       miles-ray plan --recipe Qwen3-4B --nodes 3 --layout disaggregated --rollout-nodes 1 -o json
     """
-    from miles_ray.core.config import load_config
-
     cfg = load_config(config_flags(recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,
                                    rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus,
                                    recipe_file=recipe_file), config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from miles_ray.cli.common import Output, OutputOpt, RecipeFileOpt, emit, out
+from miles_ray.core.recipes import catalog
 
 
 def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.table) -> None:
@@ -14,8 +15,6 @@ def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.ta
     'recipes: [ {name: ..., megatron_model_type: ..., hf_dir: ..., megatron_dir: ..., tensor_parallel: ...,
     rollout_gpus_per_engine: ..., attention_heads: ...} ]').
     """
-    from miles_ray.core.recipes import catalog
-
     recipes = catalog(recipe_file)
 
     def table() -> None:

@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, out, progress_display
+from miles_ray.core.config import load_config
+from miles_ray.services.registry import polyaxon_target, register
 
 
 class CheckVia(str, Enum):
@@ -44,9 +46,6 @@ def register_cmd(
 
       miles-ray register q4-a --checkpoint 40 --version qwen3-4b-rl-v1 --tag candidate -o json
     """
-    from miles_ray.core.config import load_config
-    from miles_ray.services.registry import polyaxon_target, register
-
     flags = {k: v for k, v in {"polyaxon_host": polyaxon_host, "polyaxon_project": project}.items() if v}
     cfg = load_config(flags, config)
     host, owner, proj = polyaxon_target(cfg)

@@ -16,6 +16,13 @@ from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpusOpt, ImageOpt
                                   config_flags, err, warn)
 from miles_ray.cli.plan import require_feasible, resolve_plan
 from miles_ray.core.errors import ConfigError
+from miles_ray.adapters.crd_schema import validate_raycluster
+from miles_ray.adapters.polyaxon_spec import to_custom_resource, validate_operation
+from miles_ray.core.builders import build_operation, build_raycluster
+from miles_ray.core.config import load_config
+from miles_ray.core.images import check_image
+from miles_ray.core.recipes import get_recipe
+from miles_ray.core.single_node import build_single_node
 
 
 class Format(str, Enum):
@@ -27,9 +34,6 @@ class Format(str, Enum):
 
 def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], list[str], Any]:
     """Validate config, plan and image, then build and validate each requested document."""
-    from miles_ray.core.builders import build_operation, build_raycluster
-    from miles_ray.core.images import check_image
-
     if not cfg.image:
         raise ConfigError("no image given", hint="pass --image repo[:tag]@sha256:<64 hex> or set 'image' in miles-ray.yaml")
     image, warnings = check_image(cfg.image, cfg.allow_unpinned)
@@ -44,8 +48,6 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
     warnings += plan.warnings
     docs: dict[str, dict[str, Any]] = {}
     if formats & {"polyaxon", "polyaxon-cr"}:
-        from miles_ray.adapters.polyaxon_spec import to_custom_resource, validate_operation
-
         op = build_operation(cfg, plan, str(image), cfg.ray_version)
         validate_operation(op)
         if "polyaxon" in formats:
@@ -58,8 +60,6 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
                                                      owner=cfg.polyaxon_owner, connections=connections,
                                                      polyaxon_host=cfg.polyaxon_host or "http://localhost:8000")
     if "kuberay" in formats:
-        from miles_ray.adapters.crd_schema import validate_raycluster
-
         rc = build_raycluster(cfg, plan, str(image), cfg.ray_version)
         validate_raycluster(rc)
         docs["kuberay"] = rc
@@ -68,11 +68,6 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
 
 def build_single_node_document(cfg) -> tuple[dict[str, Any], list[str]]:
     """The seed's single-node Polyaxon job (the upstream launcher in one pod), validated by Polyaxon."""
-    from miles_ray.adapters.polyaxon_spec import validate_operation
-    from miles_ray.core.images import check_image
-    from miles_ray.core.recipes import get_recipe
-    from miles_ray.core.single_node import build_single_node
-
     if not cfg.image:
         raise ConfigError("no image given", hint="pass --image repo[:tag]@sha256:<64 hex> or set 'image' in miles-ray.yaml")
     image, warnings = check_image(cfg.image, cfg.allow_unpinned)
@@ -144,8 +139,6 @@ def render_cmd(
       miles-ray render -f all --nodes 4 --image radixark/miles:latest@sha256:<64 hex> --ray-version 2.60.0 --out manifests/
     """
     import yaml
-
-    from miles_ray.core.config import load_config
 
     cfg = load_config(config_flags(name=name, namespace=namespace, recipe=recipe, nodes=nodes,
                                    gpus_per_node=gpus_per_node, layout=layout, rollout_nodes=rollout_nodes,

@@ -8,6 +8,8 @@ import typer
 from rich.table import Table
 
 from miles_ray.cli.common import Output, OutputOpt, emit, out
+from miles_ray.adapters.state import list_records
+from miles_ray.services.jobs import live_status
 
 
 runs_app = typer.Typer(help="Run records: list them (the default), compare two.", invoke_without_command=True,
@@ -24,8 +26,6 @@ def runs_cmd(
     'miles-ray runs compare A B' compares two runs."""
     if ctx.invoked_subcommand is not None:
         return
-    from miles_ray.adapters.state import list_records
-    from miles_ray.services.jobs import live_status
 
     records = list_records()
     if live:

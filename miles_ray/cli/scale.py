@@ -9,6 +9,10 @@ import typer
 from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, NamespaceOpt, Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, TimeoutOpt,
                                   config_flags, emit, err, progress_display)
 from miles_ray.cli.up import kube_status_table, nodes_table
+from miles_ray.cli.plan import resolve_plan
+from miles_ray.core.config import load_config
+from miles_ray.core.planner import summary_line
+from miles_ray.services import clusters
 
 
 def scale_cmd(
@@ -29,11 +33,6 @@ def scale_cmd(
 
     Refuses to shrink below the GPU nodes a running job of this cluster needs, unless --force.
     """
-    from miles_ray.cli.plan import resolve_plan
-    from miles_ray.core.config import load_config
-    from miles_ray.core.planner import summary_line
-    from miles_ray.services import clusters
-
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)
     with progress_display(f"scaling {cfg.name} to {nodes} GPU node(s)", quiet=output is not Output.table) as p:

@@ -9,6 +9,9 @@ import typer
 from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, NamespaceOpt, Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, config_flags, emit,
                                   out)
 from miles_ray.cli.up import kube_status_table, nodes_table
+from miles_ray.core.config import load_config
+from miles_ray.services import clusters
+from miles_ray.services.jobs import EXIT_CODES, run_status
 
 
 def status_cmd(
@@ -27,15 +30,11 @@ def status_cmd(
     With RUN the exit code tells the job state: 0 succeeded, 1 failed, 3 pending or running, 4 stopped.
     """
     if run:
-        from miles_ray.services.jobs import EXIT_CODES, run_status
-
         info = run_status(run)
         emit(info, output, lambda: out.print(
             f"run {info['run']}: [bold]{info['status']}[/] (job {info['submission_id']} on {info['address']})"
             + (f"\n{info['message']}" if info.get("message") else "")))
         raise typer.Exit(EXIT_CODES.get(info["status"], 1))
-    from miles_ray.core.config import load_config
-    from miles_ray.services import clusters
 
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from miles_ray.cli.common import Output, OutputOpt, emit, out
+from miles_ray.services.jobs import latest_run, run_stop
 
 
 def stop_cmd(
@@ -14,8 +15,6 @@ def stop_cmd(
     output: OutputOpt = Output.table,
 ) -> None:
     """Stop a run's Ray job. Its output dir and checkpoints stay; resume with 'submit --resume-from RUN'."""
-    from miles_ray.services.jobs import latest_run, run_stop
-
     result = run_stop(run or latest_run())
     emit(result, output, lambda: out.print(
         f"run {result['run']}: " + ("stop requested" if result["stopped"] else "job had already ended")))

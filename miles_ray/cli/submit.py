@@ -8,9 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from miles_ray.adapters import state
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt,
                                   NameOpt, NodesOpt, Output, OutputOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
                                   RolloutGpusOpt, RolloutNodesOpt, config_flags, emit, err, out, progress_display)
+from miles_ray.cli.logs import stream
+from miles_ray.core.config import load_config
+from miles_ray.core.entrypoint import job_env
+from miles_ray.services import jobs
 
 
 class Mode(str, Enum):
@@ -65,24 +70,17 @@ def submit_cmd(
 
       miles-ray submit --run q4-try2 --nodes 4 --resume-from q4-try1
     """
-    import sys
-
-    from miles_ray.core.config import load_config
-    from miles_ray.services import jobs
-
     cfg = load_config(config_flags(recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,
                                    rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
                                    ray_version=ray_version, allow_unpinned=allow_unpinned, name=name,
                                    recipe_file=recipe_file), config)
-    user_env = jobs.parse_env(env or [])
     extra = shlex.split(extra_args) if extra_args else []
-    python = sys.executable if _rehearses_locally(cfg, address, backend.value) else None
     with progress_display("submitting", quiet=output is not Output.table) as p:
         result = jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
-                             backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=user_env,
+                             backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env or [],
                              extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
                              model_revision=model_revision, dataset_revision=dataset_revision,
-                             num_rollout=num_rollout, progress=p, python=python, check_data=check_data)
+                             num_rollout=num_rollout, progress=p, check_data=check_data)
     if result.get("launcher"):
         _run_launcher(cfg, result)
         return
@@ -92,31 +90,14 @@ def submit_cmd(
         + f" on {result['address']} [{result.get('status')}]\n"
         + f"output dir {result['output_dir']}; follow with 'miles-ray logs {result['run']} --follow'"))
     if follow if follow is not None else rehearse:
-        from miles_ray.cli.logs import stream
-
         raise typer.Exit(stream(result["run"], follow=True, quiet=output is not Output.table))
 
 
-def _rehearses_locally(cfg, address, backend) -> bool:
-    """Rehearsals on the embedded cluster run with this interpreter (same machine, same venv)."""
-    import os
-
-    if address or os.environ.get("RAY_ADDRESS") or cfg.ray_address:
-        return False
-    from miles_ray.services.clusters import pick_backend
-
-    return pick_backend(backend, cfg) == "local"
-
-
 def _run_launcher(cfg, result) -> None:
-    from miles_ray.adapters import state
-    from miles_ray.core.entrypoint import job_env
-    from miles_ray.services.jobs import exec_launcher
-
     record = result["record"]
     state.create_record(record)
     argv = shlex.split(record["entrypoint"])
     env = job_env(cfg, result["address"])
     err.print(f"run {record['run']}: exec {' '.join(argv)} (MILES_SCRIPT_EXTERNAL_RAY=1, RAY_ADDRESS={result['address']})")
     err.print("[yellow]note:[/] the upstream launcher pkill -9s processes named sglang, miles and redis on this host")
-    exec_launcher(argv, env, cfg.miles_root)
+    jobs.exec_launcher(argv, env, cfg.miles_root)

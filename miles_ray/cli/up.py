@@ -14,6 +14,10 @@ from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, ConfigOpt, ContextO
                                   RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, TimeoutOpt,
                                   config_flags, emit, err, out, progress_display)
 from miles_ray.core.errors import ConfigError
+from miles_ray.cli.render import build_single_node_document
+from miles_ray.core.config import load_config
+from miles_ray.services import clusters
+from miles_ray.services.k8s_clusters import up_single_node
 
 
 class Via(str, Enum):
@@ -106,9 +110,6 @@ def up_cmd(
 
       miles-ray up --single-node --image radixark/miles:latest@sha256:<64 hex>
     """
-    from miles_ray.core.config import load_config
-    from miles_ray.services import clusters
-
     cfg = load_config(config_flags(nodes=nodes, gpus_per_node=gpus_per_node, name=name, recipe=recipe, layout=layout,
                                    rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
                                    ray_version=ray_version, allow_unpinned=allow_unpinned, namespace=namespace,
@@ -118,9 +119,6 @@ def up_cmd(
             raise ConfigError("--single-node creates a Polyaxon job (the launcher starts Ray inside its pod)",
                               hint="drop --backend local / --via kuberay with --single-node")
         with progress_display(f"creating single-node job {cfg.name}", quiet=output is not Output.table) as p:
-            from miles_ray.cli.render import build_single_node_document
-            from miles_ray.services.kube import up_single_node
-
             op, warnings = build_single_node_document(cfg)
             result = up_single_node(cfg, op, warnings, dry_run.value if dry_run else None, wait, timeout, p)
         for w in result.get("warnings", []):

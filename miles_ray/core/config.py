@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.names import check_cluster_name, check_namespace
 from miles_ray.core.safe_yaml import load_yaml_file
+from miles_ray.core.secrets import HINT, secret_name, secret_value
 
 ENV_PREFIX = "MILES_RAY_"
 CONFIG_FILE = "miles-ray.yaml"
@@ -161,8 +162,6 @@ class MilesRayConfig(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        from miles_ray.core.secrets import HINT, secret_name, secret_value
-
         for k, value in v.items():
             if not _ENV_NAME.match(k):
                 raise ValueError(f"environment variable name {k!r} is not valid")

@@ -8,7 +8,9 @@ import re
 import shlex
 from pathlib import PurePosixPath
 
+from miles_ray.core.builders import POLYAXON_VERSION, miles_env
 from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.names import label_safe
 from miles_ray.core.planner import Plan
 from miles_ray.core.recipes import Recipe
 
@@ -113,8 +115,6 @@ def launcher_argv(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: s
 
 def job_env(cfg: MilesRayConfig, dashboard_url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Runtime env of the job (and of the launcher process): the values Miles needs on an existing head."""
-    from miles_ray.core.builders import miles_env
-
     env = dict(extra or {})
     env.update(miles_env(cfg))
     env.update({
@@ -130,9 +130,6 @@ def launcher_job_operation(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, imag
     """A Polyaxon ``kind: job`` that runs the upstream launcher in the Miles image, in the cluster, against
     the existing head (``MILES_SCRIPT_EXTERNAL_RAY=1``, ``RAY_ADDRESS`` = the head service). The launcher
     only submits, so the pod asks for no GPU; it gets the same connection (the launcher resolves paths)."""
-    from miles_ray.core.builders import POLYAXON_VERSION, miles_env
-    from miles_ray.core.names import label_safe
-
     argv = launcher_argv(cfg, recipe, plan, output_dir, run, extra_args)
     env = dict(miles_env(cfg))
     env["RAY_ADDRESS"] = head_url

@@ -19,6 +19,8 @@ code  meaning
 
 from __future__ import annotations
 
+from miles_ray.core.secrets import redact
+
 EXIT_OK = 0
 EXIT_SERVICE = 1
 EXIT_BAD_INPUT = 2
@@ -46,8 +48,6 @@ class MilesRayError(Exception):
     exit_code: int = EXIT_BAD_INPUT
 
     def __init__(self, message: str, hint: str | None = None) -> None:
-        from miles_ray.core.secrets import redact
-
         # an error line may echo what the user typed: never a credential (it ends up in CI logs)
         message, hint = redact(message), redact(hint) if hint else hint
         super().__init__(message)

@@ -33,7 +33,8 @@ class RunRecord(BaseModel):
     output_dir: str
     resumed_from: str | None = None
     entrypoint: str
-    kube_context: str | None = None
+    kube_context: str | None = None  # how a k8s:// address was reached when the run was submitted
+    kubeconfig: str | None = None
     polyaxon_run_uuid: str | None = None
 
     def split_key(self) -> dict[str, Any]:

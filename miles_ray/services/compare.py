@@ -1,29 +1,28 @@
 """Compare two runs: their records (provenance, split, eval setup) and the final metrics Miles logged,
-read from each run's job logs through the Ray Jobs API. The judgement itself is pure
+read from each run's job logs through the Ray Jobs API (each run's head reached like every other head: a
+Kubernetes head through a port-forward). The judgement itself is pure
 (:func:`miles_ray.core.metrics.compare_runs`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from miles_ray.adapters import state
+from miles_ray.adapters import ray_jobs, state
+from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.errors import ClusterError, ConfigError
 from miles_ray.core.metrics import compare_runs, parse_metrics
 
 
 def run_metrics(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """(parsed metrics, None) from the run's job log, or (None, why not)."""
-    from miles_ray.adapters import ray_jobs
-
     if record.get("mode") == "rehearse":
         return None, "a rehearsal run (no training, no metrics)"
     if record.get("mode") == "launcher":
         return None, ("a launcher-mode run: the upstream launcher submits its own Ray job, which miles-ray "
                       "does not track")
-    from miles_ray.services.jobs import reach
-
     try:
-        with reach(record["address"], record.get("kube_context")) as url:  # k8s:// heads via port-forward
+        with open_head(record["address"], kube_context=record.get("kube_context"),
+                       kubeconfig=record.get("kubeconfig")) as url:
             text = ray_jobs.logs(url, record["submission_id"])
     except ClusterError as e:
         return None, f"no job log ({e.message})"

@@ -8,10 +8,11 @@ Before anything is written, the checkpoint must exist where the run wrote it. Wh
 * ``local`` backend (the embedded Ray cluster): the workers are processes on THIS machine and share its
   filesystem, so the path is stat'ed here.
 * any other run (KubeRay, Polyaxon, an --address head): the shared volume is mounted on the cluster, not
-  here. A tiny Ray job is submitted to the run's head (Jobs API); its driver schedules one task with
-  0.01 CPU on a GPU worker (the nodes that write checkpoints; the head advertises no CPUs, so the task
-  cannot land there) and falls back to listing on the driver itself when no worker has room. It lists
-  ``<output_dir>/checkpoints`` and reports the ``iter_*`` directories and ``latest_checkpointed_iteration.txt``.
+  here. A probe job (``launchers/list_checkpoints.py``, through the one probe runner) goes to the run's head
+  (a Kubernetes head through a port-forward); its driver schedules one task with 0.01 CPU on a GPU worker (the
+  nodes that write checkpoints; the head advertises no CPUs, so the task cannot land there) and falls back to
+  listing on the driver itself when no worker has room. It lists ``<output_dir>/checkpoints`` and reports the
+  ``iter_*`` directories and ``latest_checkpointed_iteration.txt``.
 
 Polyaxon side (polyaxon 2.18 ``ProjectClient.register_model_version``): with a Polyaxon run uuid in the
 run record, the checkpoint (and HF dir) are first logged as MODEL lineage on that run, then the version
@@ -22,61 +23,25 @@ provenance go into its description and ``content`` (JSON).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from miles_ray.adapters import state
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.adapters.polyaxon_api import ModelRegistry, PolyaxonApi
+from miles_ray.adapters.ray_head import open_head
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.errors import ClusterError, ConfigError, NotFound
+from miles_ray.core.probes import checkpoint_list_probe
+from miles_ray.services.probes import payload_python, probe_token, run_probe
 
 Progress = Callable[[str], None] | None
 NOT_A_GATE = ("registration records a selection; it is not a quality gate or a deployment check: keep approval "
               "criteria explicit and validate the model in its serving environment before release")
-LIST_PREFIX = "MILES_RAY_CKPT_LIST "
 VERSION_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{0,62}$")
-
-# Runs as the Ray job's entrypoint (python3 -c): list the checkpoints dir on a GPU worker.
-_LIST_SCRIPT = r'''
-import json, os, sys
-root = sys.argv[1]
-def listing(root):
-    import os, socket
-    out = {"host": socket.gethostname(), "root": root, "exists": os.path.isdir(root), "iterations": [], "latest": None}
-    if out["exists"]:
-        for name in sorted(os.listdir(root)):
-            if name.startswith("iter_") and name[5:].isdigit() and os.path.isdir(os.path.join(root, name)):
-                out["iterations"].append(int(name[5:]))
-        try:
-            out["latest"] = open(os.path.join(root, "latest_checkpointed_iteration.txt")).read().strip()
-        except OSError:
-            pass
-    for extra in sys.argv[2:]:
-        out.setdefault("paths", {})[extra] = os.path.isdir(extra)
-    try:
-        import ray
-        out["ip"] = ray.util.get_node_ip_address()
-    except Exception:
-        out["ip"] = None
-    return out
-result = None
-try:
-    import ray
-    ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
-    task = ray.remote(num_cpus=0.01)(listing)
-    ref = task.remote(root)
-    ready, _ = ray.wait([ref], timeout=30)
-    if ready:
-        result = ray.get(ref); result["where"] = "worker %s (%s)" % (result.get("ip"), result["host"])
-except Exception as e:
-    result = None
-if result is None:
-    result = listing(root); result["where"] = "driver %s (no worker had room within 30s)" % result.get("ip")
-print("''' + LIST_PREFIX + r'''" + json.dumps(result), flush=True)
-'''
+TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 
 
 def checkpoint_dir(output_dir: str, iteration: int) -> str:
@@ -117,61 +82,41 @@ def list_checkpoints_local(output_dir: str, extra: list[str]) -> dict[str, Any]:
 
 
 def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120) -> dict[str, Any]:
-    """List ``<output_dir>/checkpoints`` through a tiny Ray job on the run's head (see module doc)."""
-    from miles_ray.services.jobs import reach
-
-    with reach(record["address"], record.get("kube_context")) as url:  # k8s:// heads via port-forward
-        return _list_checkpoints_at(url, record, extra, timeout)
-
-
-def _list_checkpoints_at(url: str, record: dict[str, Any], extra: list[str], timeout: float) -> dict[str, Any]:
-    import datetime as _dt
-    from urllib.parse import urlparse
-
-    from miles_ray.adapters import ray_jobs
-
-    # the head's own address (not a port-forward's 127.0.0.1) tells whether it runs on this machine
-    host = urlparse(record["address"]).hostname or ""
-    py = sys.executable if host in ("127.0.0.1", "localhost", "::1") else "python3"
-    root = f"{record['output_dir'].rstrip('/')}/checkpoints"
-    entry = shlex.join([py, "-c", _LIST_SCRIPT, root, *extra])
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S%f")
-    sid = f"miles-ray-{record['cluster']}-ckpt-{stamp}"
-    job_id, _ = ray_jobs.submit(url, entry, {"env_vars": {"PYTHONUNBUFFERED": "1"}}, sid,
-                                {"miles_ray": "checkpoint-list", "run": record["run"]})
+    """List ``<output_dir>/checkpoints`` through a probe job on the run's head (see module doc)."""
+    probe = checkpoint_list_probe(record, extra, probe_token(), timeout)
     try:
-        info = ray_jobs.wait(url, job_id, timeout=timeout)
-    except ClusterError:
-        ray_jobs.stop(url, job_id)
-        raise ClusterError(f"listing checkpoints of run {record['run']} on {url} took more than {timeout:.0f}s",
-                           hint="is the cluster up? 'miles-ray status'") from None
-    text = ray_jobs.logs(url, job_id)
-    for line in reversed(text.splitlines()):
-        if line.startswith(LIST_PREFIX):
-            return json.loads(line[len(LIST_PREFIX):])
-    raise ClusterError(f"could not list {root} on {url}: the listing job ended {info['status']} "
-                       f"({(text.strip().splitlines() or ['no output'])[-1][:200]})")
+        with open_head(record["address"], kube_context=record.get("kube_context"),
+                       kubeconfig=record.get("kubeconfig")) as url:
+            # the head's own address (not a port-forward's 127.0.0.1) tells which python runs the payload
+            return run_probe(url, probe, payload_python(record["address"]))["result"]
+    except ClusterError as e:
+        raise type(e)(f"could not list the checkpoints of run {record['run']} on {record['address']}: {e.message}",
+                      hint=e.hint or "is the cluster up? 'miles-ray status'", status=e.status) from None
 
 
-def register(run: str, iteration: int, *, version: str | None, hf_dir: str | None, tags: list[str],
-             description: str | None, host: str | None, owner: str, project: str, check_via: str = "auto",
-             force: bool = False, progress: Progress = None) -> dict[str, Any]:
-    from miles_ray.adapters.polyaxon_api import PolyaxonApi
-
+def _check_request(run: str, iteration: int, version: str | None, tags: list[str], host: str | None) -> str:
+    """Bad input, before anything is read: returns the version name."""
     if not host:
         raise ConfigError("the model registry is not enabled here: no Polyaxon host",
                           hint="pass --polyaxon-host, set polyaxon_host in miles-ray.yaml or POLYAXON_HOST")
-    record = state.load_record(run)
     if iteration < 0:
         raise ConfigError(f"--checkpoint {iteration} is not an iteration number")
     version = version or f"{run}-iter-{iteration}"
     if not VERSION_NAME.match(version):
         raise ConfigError(f"version name {version!r} is not valid",
                           hint="lower-case letters, digits, '-', '_', '.', at most 63 characters")
-    bad_tags = [t for t in tags if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$", t)]
+    bad_tags = [t for t in tags if not TAG.match(t)]
     if bad_tags:
         raise ConfigError(f"tag(s) {', '.join(map(repr, bad_tags))} are not valid", hint="letters, digits, . _ : -")
-    api = PolyaxonApi(host)  # ConfigError (exit 2) when no host: the registry is not enabled here
+    return version
+
+
+def register(run: str, iteration: int, *, version: str | None, hf_dir: str | None, tags: list[str],
+             description: str | None, host: str | None, owner: str, project: str, check_via: str = "auto",
+             force: bool = False, progress: Progress = None) -> dict[str, Any]:
+    version = _check_request(run, iteration, version, tags, host)
+    record = state.load_record(run)
+    api = PolyaxonApi(host)
     ckpt = checkpoint_dir(record["output_dir"], iteration)
     explicit_hf = hf_dir is not None
     hf = hf_dir or hf_dir_from_entrypoint(record.get("entrypoint", ""), iteration)
@@ -199,9 +144,9 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
                           hint="give the HF export Miles wrote (--save-hf), or leave --hf-dir out")
 
     # 2. the version must be new unless --force
-    pc = api._project_client(owner, project)
     api.check_project(owner, project)
-    existing = _get_version(api, pc, version)
+    registry = ModelRegistry(api, owner, project)
+    existing = registry.get_version(version)
     if existing is not None and not force:
         raise ConfigError(f"model version {version} already exists in {owner}/{project}",
                           hint="choose another --version, or pass --force to update it")
@@ -231,24 +176,18 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
     # 3. lineage on the Polyaxon run (when there is one), then the version
     lineage: list[str] = []
     if uuid:
-        from polyaxon.schemas import V1ArtifactKind, V1RunArtifact
-
-        rc = api._run_client(owner, project, uuid)
         for art in artifacts:
-            body = V1RunArtifact(name=art["name"], kind=V1ArtifactKind.MODEL, path=art["path"], is_input=False,
-                                 summary={"path": art["path"], "format": art["format"], "iteration": iteration})
-            api._call(f"log lineage {art['name']} on run {uuid}",
-                      lambda b=body: rc.log_artifact_lineage(body=b, async_req=False),
-                      not_found=f"Polyaxon run {uuid} (from run record {run}) not found in {owner}/{project}")
+            try:
+                registry.log_model_lineage(uuid, art, {"path": art["path"], "format": art["format"],
+                                                       "iteration": iteration})
+            except NotFound:
+                raise NotFound(f"Polyaxon run {uuid} (from run record {run}) not found in {owner}/{project}") from None
             lineage.append(art["name"])
     if progress:
         progress(f"registering model version {version} in {owner}/{project}")
-    api._call(f"register model version {version}",
-              lambda: pc.register_model_version(version, description=desc, tags=all_tags,
-                                                content=json.dumps(content, sort_keys=True), run=uuid or None,
-                                                artifacts=lineage or None, force=force),
-              not_found=f"Polyaxon project {owner}/{project} not found on {api.host}")
-    back = _get_version(api, pc, version)
+    registry.register_version(version, description=desc, tags=all_tags, content=content, run_uuid=uuid or None,
+                              artifacts=lineage or None, force=force)
+    back = registry.get_version(version)
     if back is None:
         raise ClusterError(f"model version {version} was registered but cannot be read back from {api.host}")
     return {"version": version, "project": f"{owner}/{project}", "host": api.host, "updated": existing is not None,
@@ -260,24 +199,5 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
             "registered": back, "note": NOT_A_GATE}
 
 
-def _get_version(api, pc, version: str) -> dict[str, Any] | None:
-    from miles_ray.adapters.polyaxon_api import _plain
-
-    try:
-        v = api._call(f"read model version {version}", lambda: pc.get_model_version(version),
-                      not_found="__absent__")
-    except ClusterError as e:
-        if e.message == "__absent__":
-            return None
-        raise
-    data = _plain(v)
-    if isinstance(data.get("content"), str):
-        try:
-            data["content"] = json.loads(data["content"])
-        except ValueError:
-            pass
-    return data
-
-
-def polyaxon_target(cfg) -> tuple[str | None, str, str]:
+def polyaxon_target(cfg: MilesRayConfig) -> tuple[str | None, str, str]:
     return (cfg.polyaxon_host or os.environ.get("POLYAXON_HOST")), cfg.polyaxon_owner, cfg.polyaxon_project

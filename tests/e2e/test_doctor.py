@@ -1,6 +1,6 @@
 """`miles-ray doctor` against the real Kubernetes API server, the real KubeRay operator and kwok fake GPU
 nodes (cluster/fakegpu.py): clusters are created with `miles-ray up --via kuberay`, then broken the way the
-seed's troubleshooting list describes, and doctor must name the problem with its evidence. Ray does not run
+troubleshooting checklist describes, and doctor must name the problem with its evidence. Ray does not run
 inside kwok pods, so the Ray-side checks (data, checkpoints, Ray version) are covered on the embedded Ray
 cluster (tests/integration/test_check_data.py) and reported here as skipped."""
 
@@ -49,9 +49,10 @@ def test_pending_pod_whose_gpus_no_node_has(kube_env, cli, core_v1, custom_objec
     assert CHECKS <= set(f), set(f)
     assert f["pods_pending"]["status"] == "ok" and f["image_drift"]["status"] == "ok"
     assert f["gpu_visibility"]["status"] == "ok" and f["external_ray"]["status"] == "ok"
-    assert f["data"]["status"] == "skipped"  # no reachable head from outside the cluster
+    assert f["data"]["status"] == "skipped"  # kwok pods run no Ray: the port-forward to the head gets no answer
+    assert "miles-e2e-head" in " ".join(f["data"]["evidence"])  # the reason names the head pod
     assert f["shm"]["status"] == ("ok" if has_shm(rc_get(custom_objects, namespace)) else "problem")
-    assert all(set(x) == {"check", "seed", "status", "summary", "evidence", "fix"} for x in rep["findings"])
+    assert all(set(x) == {"check", "checklist", "status", "summary", "evidence", "fix"} for x in rep["findings"])
 
     # a second worker group asking 16 GPUs per pod, on nodes of 8
     rc = rc_get(custom_objects, namespace)
@@ -81,7 +82,7 @@ def test_pending_pod_whose_gpus_no_node_has(kube_env, cli, core_v1, custom_objec
     gpu_nodes = kube_env.gpu_nodes
     assert f"GPU nodes ({len(gpu_nodes)})" in ev and "8 allocatable" in ev    # the node GPU numbers
     assert "no node can supply 16 GPUs to one pod (the largest has 8)" in p["fix"]
-    assert p["seed"] == "The pod stays Pending"
+    assert p["checklist"] == "The pod stays Pending"
     # the table form shows the same, with evidence and the fix
     code, out, _ = cli("doctor", "miles-e2e", "--backend", "kubernetes", *kube_args(namespace)[:2])
     assert code == 1 and "pods_pending" in out and "fix:" in out and "largest has 8" in out

@@ -1,9 +1,9 @@
 """`miles-ray check-data` against the real embedded Ray cluster (head + 4 worker raylets x 8 fake GPUs).
 
 The payload really runs as a Ray job with one task pinned to each node. All nodes of the embedded cluster
-share this machine's filesystem, so the shared volume is a tmp dir. To test nodes that do NOT see the
-volume, the hidden ``--test-mount-path-for-node IP=DIR`` hook is used: a TEST FAKE that makes the task on
-that node read every path under mount_path from DIR instead (through the task's own runtime_env)."""
+share this machine's filesystem, so the shared volume is a tmp dir. Nodes that do NOT see the volume are real:
+the test backend (tests/infra/faulty_nodes.py) adds extra worker nodes whose raylets run in their own mount
+namespace, where the volume is an empty local directory or absent -- the product has no switch for it."""
 
 from __future__ import annotations
 
@@ -12,11 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from miles_ray.adapters.ray_jobs import cluster_topology
+from tests.infra.faulty_nodes import NodeSpec, extra_nodes
+
 pytestmark = pytest.mark.ray
+
+PROBLEMS_FOUND = 1  # the exit code of check-data and doctor when the checks found problems
 
 
 def prepare(mount: Path, *, eval_data: bool = True, megatron: bool = True) -> None:
-    """The seed's layout: models/Qwen3-4B, models/Qwen3-4B_torch_dist, datasets/dapo-math-17k, datasets/aime-2024."""
+    """The Polyaxon-Miles guide's layout: models/Qwen3-4B, models/Qwen3-4B_torch_dist, datasets/dapo-math-17k, datasets/aime-2024."""
     (mount / "models" / "Qwen3-4B").mkdir(parents=True)
     (mount / "models" / "Qwen3-4B" / "config.json").write_text("{}")
     if megatron:
@@ -38,8 +43,6 @@ def mount(env, tmp_path) -> Path:
 
 
 def worker_ips(address: str) -> list[str]:
-    from miles_ray.adapters.ray_jobs import cluster_topology
-
     return [n["ip"] for n in cluster_topology(address)["nodes"] if n["gpus"] > 0]
 
 
@@ -71,29 +74,37 @@ def test_everything_present_on_every_node(env, cli, mount):
 def test_every_missing_path_reported_at_once(env, cli, mount):
     prepare(mount, eval_data=False, megatron=False)
     code, rep, err = check(cli, env.address)
-    assert code == 1
+    assert code == PROBLEMS_FOUND
     assert not rep["ok"]
     assert len(rep["missing"]) == 2 * 5, rep["missing"]  # two paths x (head + 4 workers), in one run
     assert sum(f"{mount}/models/Qwen3-4B_torch_dist" in line for line in rep["missing"]) == 5
     assert sum(f"{mount}/datasets/aime-2024/aime-2024.jsonl" in line for line in rep["missing"]) == 5
     # the table form says the same, one line per problem
     code, out, _ = cli("check-data", "--address", env.address, "--timeout", "60")
-    assert code == 1 and out.count("✗") == 10 and "does not exist" in out
+    assert code == PROBLEMS_FOUND and out.count("✗") == 10 and "does not exist" in out
 
 
-def test_volume_on_the_head_but_not_on_two_workers(env, cli, mount, tmp_path):
-    """TEST FAKE (per-node filesystems): worker A sees an empty local directory at mount_path, worker B sees
-    no directory at all; the head and the other workers see the real volume."""
+def test_volume_on_the_head_but_not_on_two_workers(env, cli, mount, tmp_path, tmp_path_factory):
+    """Per-node filesystems, injected by the test backend: two extra GPU workers join the cluster, each in its own
+    mount namespace where the volume's parent directory is replaced -- on worker A the volume is an empty local
+    directory (the node's own disk), on worker B it does not exist. The head and the other workers see the real
+    volume."""
     prepare(mount)
-    ips = worker_ips(env.address)
-    local_dir = tmp_path / "node-local-disk"
-    local_dir.mkdir()
-    a, b = ips[0], ips[1]
-    code, rep, err = check(cli, env.address, "--test-mount-path-for-node", f"{a}={local_dir}",
-                           "--test-mount-path-for-node", f"{b}={tmp_path / 'nothing-here'}")
-    assert code == 1, err
+    healthy = worker_ips(env.address)
+    local_disk = tmp_path_factory.mktemp("node-a-view")
+    (local_disk / mount.name).mkdir()  # an empty directory where the volume should be
+    nothing = tmp_path_factory.mktemp("node-b-view")  # no volume at all
+    a, b = "127.0.0.61", "127.0.0.62"
+    specs = [NodeSpec(a, "local-disk", mounts=[(local_disk, mount.parent)]),
+             NodeSpec(b, "no-volume", mounts=[(nothing, mount.parent)])]
+    with extra_nodes(env.status(), specs):
+        code, rep, err = check(cli, env.address)
+    assert code == PROBLEMS_FOUND, err
     by_ip = {n["node_ip"]: n for n in rep["nodes"]}
-    assert by_ip[a]["test_fake_mount"] == str(local_dir) and by_ip[b]["test_fake_mount"].endswith("nothing-here")
+    assert sorted(n["role"] for n in rep["nodes"]) == ["gpu worker"] * 6 + ["head"]
+    assert set(by_ip) >= {a, b, *healthy} and len(healthy) == 4
+    assert (by_ip[a]["mount_exists"], by_ip[a]["mount_is_mountpoint"]) == (True, False)  # a plain local dir
+    assert by_ip[b]["mount_exists"] is False
     for ip, n in by_ip.items():
         if ip in (a, b):
             assert n["same_storage"] is False
@@ -111,7 +122,7 @@ def test_resume_needs_the_checkpoint_tracker(env, cli, mount):
     prev = mount / "runs" / "q4-a"
     (prev / "checkpoints").mkdir(parents=True)
     code, rep, _ = check(cli, env.address, "--resume-from", str(prev))
-    assert code == 1
+    assert code == PROBLEMS_FOUND
     assert len(rep["missing"]) == 5
     assert all("latest_checkpointed_iteration.txt" in line and "start from scratch" in line for line in rep["missing"])
     (prev / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("40\n")
@@ -136,6 +147,19 @@ def test_unreachable_head_is_one_error_line(env, cli, mount):
     code, _, err = cli("check-data", "--address", "http://127.0.0.1:9")
     assert code == 1 and "cannot reach the Ray Jobs API" in err
     assert err.count("error:") == 1 and "Traceback" not in err
+    code, _, err = cli("check-data", "--address", "k8s://only-a-namespace")
+    assert code == 2 and "is not k8s://NAMESPACE/RAYCLUSTER" in err and err.count("error:") == 1
+
+
+def test_the_local_cluster_by_name(env, cli, mount, tmp_path):
+    """--address local://NAME: the local cluster of that name on this machine (the session cluster, seen through
+    this test's state dir)."""
+    prepare(mount)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "local").symlink_to(env.state_dir)
+    code, rep, err = check(cli, f"local://{env.name}")
+    assert code == 0, (err, rep)
+    assert rep["address"] == env.address and len(rep["nodes"]) == 5
 
 
 # -- doctor on the embedded cluster: the Ray-side subset (Ray version, data, checkpoints of a run) -------------
@@ -149,11 +173,12 @@ def doctor(cli, *args: str) -> tuple[int, dict, str]:
 def test_doctor_address_runs_the_data_checks(env, cli, mount):
     prepare(mount, megatron=False)
     code, rep, err = doctor(cli, "--address", env.address)
-    assert code == 1, err
+    assert code == PROBLEMS_FOUND, err
     f = {x["check"]: x for x in rep["findings"]}
     assert rep["backend"] == "address"
     assert f["ray_version"]["status"] == "ok"
-    assert f["data"]["status"] == "problem" and f["data"]["seed"] == "The launcher cannot find a checkpoint or dataset"
+    assert f["data"]["status"] == "problem"
+    assert f["data"]["checklist"] == "The launcher cannot find a checkpoint or dataset"
     assert sum("Qwen3-4B_torch_dist" in e for e in f["data"]["evidence"]) == 5  # every node, with the path
     (mount / "models" / "Qwen3-4B_torch_dist").mkdir()
     code, rep, err = doctor(cli, "--address", env.address)
@@ -170,14 +195,14 @@ def test_doctor_run_that_would_restart_from_scratch(env, cli, mount):
                            "--run", run, "-o", "json", *extra)
         assert code == 0, err
     code, rep, err = doctor(cli, "q4-b")
-    assert code == 1, err
+    assert code == PROBLEMS_FOUND, err
     assert rep["kind"] == "run" and rep["backend"] == "address"
     f = {x["check"]: x for x in rep["findings"]}
     assert f["resume"]["status"] == "ok"  # q4-b points at q4-a's output dir
     assert f"q4-a wrote to {mount}/runs/q4-a" in f["resume"]["evidence"]
     t = f["resume_tracker"]
     assert t["status"] == "problem" and "training restarts from scratch" in t["summary"]
-    assert t["seed"] == "Training restarts from scratch" and len(t["evidence"]) == 5
+    assert t["checklist"] == "Training restarts from scratch" and len(t["evidence"]) == 5
     (mount / "runs" / "q4-a" / "checkpoints").mkdir(parents=True)
     (mount / "runs" / "q4-a" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("20\n")
     code, rep, err = doctor(cli, "q4-b")

@@ -2,8 +2,9 @@
 
 torch is not installed here, so the all-reduce is the payload's plain-TCP ring (backend
 "tcp (torch not installed)"): real bytes between the worker nodes' IPs (127.0.0.3..6 on loopback).
-The unreachable-node cases use the payload's FAULT INJECTION hook (--inject-fault, a hidden test-only
-option): one node's actor closes its announced port, or never starts."""
+The unreachable-node cases are FAULTS INJECTED BY THE TEST BACKEND, not by the product (which has no switch
+for them): an extra GPU worker joins the cluster with tests/infra/comm_fault/sitecustomize.py loaded in its
+processes, so on that node the comm check's listener never listens, or its actor never starts."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import time
 
 import pytest
 
+from miles_ray.adapters.ray_jobs import cluster_topology
+from tests.infra.faulty_nodes import NodeSpec, comm_fault_env, extra_nodes
+
 pytestmark = pytest.mark.ray
+
+CHECK_FAILED = 1  # the exit code of comm-check when a node failed
 
 
 def gpu_nodes(address: str) -> list[dict]:
-    from miles_ray.adapters.ray_jobs import cluster_topology
-
     return [n for n in cluster_topology(address)["nodes"] if n["gpus"] > 0]
 
 
@@ -49,34 +53,39 @@ def test_table_output_names_backend_and_passes(env, cli):
 
 
 def test_closed_port_names_the_unreachable_node(env, cli):
-    """FAULT INJECTION: the actor on one node closes its listening port right after announcing it."""
-    victim = gpu_nodes(env.address)[1]
-    code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "20",
-                         "--inject-fault", f"closed-port:{victim['ip']}", "-o", "json")
-    assert code == 1
+    """FAULT INJECTED BY THE TEST BACKEND: on an extra GPU node, the ring's listener is announced but never
+    listens, so the peer that must connect to it is refused."""
+    healthy = gpu_nodes(env.address)
+    with extra_nodes(env.status(), [NodeSpec("127.0.0.71", "closed-port", env=comm_fault_env("closed-port"))]) as [node]:
+        code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "20", "-o", "json")
+    assert code == CHECK_FAILED
     report = json.loads(out)
-    assert report["ok"] is False
+    assert report["ok"] is False and report["gpu_nodes"] == len(healthy) + 1 == 5
     bad = [n for n in report["nodes"] if n["status"] == "unreachable"]
-    assert [(n["ip"], n["node_id"]) for n in bad] == [(victim["ip"], victim["node_id"])]
+    assert [(n["ip"], n["node_id"]) for n in bad] == [(node.ip, node.node_id)]
     assert "Connection refused" in bad[0]["error"]
-    assert any(victim["ip"] in e and victim["node_id"][:12] in e for e in report["errors"])
+    assert any(node.ip in e and node.node_id[:12] in e for e in report["errors"])
 
 
 def test_actor_that_never_starts_is_named_and_the_rest_still_ring(env, cli):
-    """FAULT INJECTION: the actor on one node blocks in its constructor past the timeout."""
-    victim = gpu_nodes(env.address)[2]
-    code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "10",
-                         "--inject-fault", f"no-start:{victim['ip']}")
-    assert code == 1
-    assert victim["ip"] in out and "actor did not start within 10s" in out and "comm check FAILED" in out
-    assert out.count("PASS") == 3  # the three others formed a ring among themselves
+    """FAULT INJECTED BY THE TEST BACKEND: on an extra GPU node, the comm check's actor blocks in its constructor
+    past the timeout."""
+    healthy = gpu_nodes(env.address)
+    with extra_nodes(env.status(), [NodeSpec("127.0.0.72", "no-start", env=comm_fault_env("no-start"))]) as [node]:
+        code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "10")
+    assert code == CHECK_FAILED
+    assert node.ip in out and "actor did not start within 10s" in out and "comm check FAILED" in out
+    assert out.count("PASS") == len(healthy) == 4  # the four others formed a ring among themselves
 
 
 def test_bad_input_and_no_head(env, cli):
     code, _, err = cli("comm-check", "--address", env.address, "--size-mb", "0")
     assert code == 2 and "--size-mb" in err
+    # fault injection is the test backend's job: the product has no such option
     code, _, err = cli("comm-check", "--address", env.address, "--inject-fault", "explode:1.2.3.4")
-    assert code == 2 and "--inject-fault" in err
+    assert code == 2 and "No such option: --inject-fault" in err
+    code, _, err = cli("comm-check", "--address", "k8s://ml")
+    assert code == 2 and "is not k8s://NAMESPACE/RAYCLUSTER" in err
     code, _, err = cli("comm-check", "--address", "http://127.0.0.1:9")
     assert code == 1 and "cannot reach the Ray Jobs API at http://127.0.0.1:9" in err
     assert "Traceback" not in err

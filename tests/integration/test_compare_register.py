@@ -3,7 +3,7 @@
 server (haupt sandbox) for the model registry.
 
 Miles cannot run here (no GPU, no Miles image): each run's train.py is the STAND-IN
-launchers/fake_metrics_train.py, which prints Miles-shaped metric lines and writes Megatron-shaped
+tests/fakes/fake_metrics_train.py, which prints Miles-shaped metric lines and writes Megatron-shaped
 checkpoint dirs (iter_0000020, iter_0000040) under the run's output dir -- on this machine, because the
 config's mount_path points into the test's tmp dir."""
 
@@ -31,7 +31,7 @@ def world(local_ray, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cmpreg")
     root = tmp / "miles"
     (root / "scripts" / "models").mkdir(parents=True)
-    shutil.copy(REPO / "launchers" / "fake_metrics_train.py", root / "train.py")  # STAND-IN train.py
+    shutil.copy(REPO / "tests" / "fakes" / "fake_metrics_train.py", root / "train.py")  # STAND-IN train.py
     (root / "scripts" / "models" / "qwen3-4B.sh").write_text("MODEL_ARGS=(\n  " + "\n  ".join(MODEL_ARGS) + "\n)\n")
     mount = tmp / "mnt"
     (tmp / "miles-ray.yaml").write_text(f"miles_root: {root}\nmount_path: {mount}\n")
@@ -58,7 +58,7 @@ def submit_run(cli, world, run, eval_final, *extra):
         return
     code, _, err = cli("submit", "--address", world["cluster"].address, "--name", "miles-test", "--run", run,
                        "--nodes", "1", "--num-rollout", "40", "--follow", "-o", "json", "--miles-commit", "abc123",
-                       "--env", f"MILES_RAY_FAKE_EVAL_FINAL={eval_final}", *extra)
+                       "--env", f"MILESRAY_TEST_FAKE_EVAL_FINAL={eval_final}", *extra)
     assert code == 0, err
 
 
@@ -128,7 +128,7 @@ def registry(polyaxon_server, monkeypatch):
     project = f"miles-{uuid.uuid4().hex[:8]}"
     polyaxon_server.create_project(project)
     return {"api": api, "host": polyaxon_server.host, "project": project,
-            "pc": api._project_client("default", project)}
+            "pc": api.project_client("default", project)}
 
 
 def versions(reg) -> list[str]:

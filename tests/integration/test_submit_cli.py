@@ -1,7 +1,7 @@
 """`miles-ray submit/status/logs/stop/runs` against the real embedded Ray cluster (4 x 8 fake GPUs).
 
 Miles itself cannot run here (no GPU, no Miles image): direct mode runs a stand-in train.py
-(launchers/fake_train.py, named as such) placed where Miles's would be, which records its argv and env."""
+(tests/fakes/fake_train.py, named as such) placed where Miles's would be, which records its argv and env."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def miles_root(tmp_path) -> Path:
     """A stand-in Miles checkout: the fake train.py and the model-args script the launchers source."""
     root = tmp_path / "miles"
     (root / "scripts" / "models").mkdir(parents=True)
-    shutil.copy(REPO / "launchers" / "fake_train.py", root / "train.py")
+    shutil.copy(REPO / "tests" / "fakes" / "fake_train.py", root / "train.py")
     (root / "scripts" / "models" / "qwen3-4B.sh").write_text("MODEL_ARGS=(\n  " + "\n  ".join(MODEL_ARGS) + "\n)\n")
     return root
 
@@ -39,7 +39,7 @@ def test_direct_mode_entrypoint_and_env_exact(env, cli, miles_root, tmp_path):
     out = tmp_path / "train.json"
     (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\nmegatron_path: /opt/Megatron-LM\n")
     code, stdout, err = submit(cli, env.address, "--run", "direct-1", "--nodes", "2", "--follow", "-o", "json",
-                               "--env", f"MILES_RAY_FAKE_TRAIN_OUT={out}", "--env", "EXTRA_FLAG=yes",
+                               "--env", f"MILESRAY_TEST_FAKE_TRAIN_OUT={out}", "--env", "EXTRA_FLAG=yes",
                                "--miles-commit", "abc123", "--model-revision", "m-r1", "--dataset-revision", "d-r2")
     assert code == 0, err
     rec = json.loads(out.read_text())
@@ -87,7 +87,7 @@ def test_disaggregated_direct_flags(env, cli, miles_root, tmp_path):
     out = tmp_path / "train.json"
     (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
     code, _, err = submit(cli, env.address, "--run", "disagg-1", "--nodes", "3", "--layout", "disaggregated",
-                          "--rollout-nodes", "1", "--follow", "-o", "json", "--env", f"MILES_RAY_FAKE_TRAIN_OUT={out}")
+                          "--rollout-nodes", "1", "--follow", "-o", "json", "--env", f"MILESRAY_TEST_FAKE_TRAIN_OUT={out}")
     assert code == 0, err
     argv = json.loads(out.read_text())["argv"]
     assert "--colocate" not in argv
@@ -163,7 +163,7 @@ def test_two_runs_never_share_an_output_dir(env, cli):
 
 def test_stop_and_status_exit_codes(env, cli, miles_root, tmp_path):
     (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
-    code, _, err = submit(cli, env.address, "--run", "sleepy", "--nodes", "1", "--env", "MILES_RAY_FAKE_TRAIN_SLEEP=300")
+    code, _, err = submit(cli, env.address, "--run", "sleepy", "--nodes", "1", "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=300")
     assert code == 0, err
     code, out, _ = cli("status", "sleepy", "-o", "json")
     assert code == 3 and json.loads(out)["status"] in {"PENDING", "RUNNING"}
@@ -222,7 +222,7 @@ def test_scale_refuses_to_shrink_under_a_running_job(env, cli, miles_root, tmp_p
     (state / "local").symlink_to(env.state_dir)  # the session cluster, seen through this test's state dir
     (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
     code, _, err = cli("submit", "--name", env.name, "--run", "needs-four", "--nodes", "4",
-                       "--env", "MILES_RAY_FAKE_TRAIN_SLEEP=300")
+                       "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=300")
     assert code == 0, err
     try:
         code, _, err = cli("scale", "--nodes", "2", "--name", env.name)

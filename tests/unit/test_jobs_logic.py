@@ -1,5 +1,5 @@
 """Submit logic that needs no cluster: address precedence, topology checks, env parsing, run names,
-resume rules."""
+resume rules (the pure pieces live in miles_ray.core; the address precedence in miles_ray.services.heads)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from miles_ray.core.errors import ConfigError
 from miles_ray.core.planner import plan_split
 from miles_ray.core.recipes import BUILTIN
 from miles_ray.core.runs import RunRecord, resume_differences
-from miles_ray.services.jobs import check_topology, in_cluster_url, parse_env, resolve_address
+from miles_ray.core.heads import in_cluster_url
+from miles_ray.core.submission import check_topology, parse_env
+from miles_ray.services.heads import resolve_address
 
 
 def test_address_precedence(monkeypatch) -> None:

@@ -15,8 +15,8 @@ and the Megatron actor), with a logger-like prefix:
 Every ``--save-interval`` rollouts it creates ``<save>/iter_<rollout_id + 1:07d>/`` (with a marker file)
 and ``<save>/latest_checkpointed_iteration.txt``, as Megatron does.
 
-Values: the eval score climbs linearly to ``$MILES_RAY_FAKE_EVAL_FINAL`` (default 0.4), the reward to
-``$MILES_RAY_FAKE_REWARD_FINAL`` (default 0.5). ``$MILES_RAY_FAKE_TRAIN_EXIT`` sets the exit code.
+Values: the eval score climbs linearly to ``$MILESRAY_TEST_FAKE_EVAL_FINAL`` (default 0.4), the reward to
+``$MILESRAY_TEST_FAKE_REWARD_FINAL`` (default 0.5). ``$MILESRAY_TEST_FAKE_TRAIN_EXIT`` sets the exit code.
 Standard library only.
 """
 
@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     save_interval = int(_flag(argv, "--save-interval", "20"))
     eval_interval = int(_flag(argv, "--eval-interval", "0") or 0)
     evals = _eval_names(argv)
-    eval_final = float(os.environ.get("MILES_RAY_FAKE_EVAL_FINAL", "0.4"))
-    reward_final = float(os.environ.get("MILES_RAY_FAKE_REWARD_FINAL", "0.5"))
-    print(f"STAND-IN train.py (launchers/fake_metrics_train.py): {num_rollout} rollouts, save {save} every "
+    eval_final = float(os.environ.get("MILESRAY_TEST_FAKE_EVAL_FINAL", "0.4"))
+    reward_final = float(os.environ.get("MILESRAY_TEST_FAKE_REWARD_FINAL", "0.5"))
+    print(f"STAND-IN train.py (tests/fakes/fake_metrics_train.py): {num_rollout} rollouts, save {save} every "
           f"{save_interval}, eval {evals} every {eval_interval}", flush=True)
     for rid in range(num_rollout):
         frac = (rid + 1) / num_rollout
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 parts.append(f"'eval/{name}-truncated_ratio': 0.03")
                 parts.append(f"'eval/{name}-none_reward_ratio': 0.0")
             _log("rollout.py:61", f"eval {rid}: {{{', '.join(parts)}}}")
-    return int(os.environ.get("MILES_RAY_FAKE_TRAIN_EXIT", "0") or 0)
+    return int(os.environ.get("MILESRAY_TEST_FAKE_TRAIN_EXIT", "0") or 0)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,21 @@
-"""Real clusters: preflight, create (KubeRay directly or a Polyaxon raycluster operation), wait until the
-GPU workers joined Ray, scale, status, down."""
+"""Clusters on Kubernetes: preflight, create (KubeRay directly or a Polyaxon raycluster operation), wait until
+the GPU workers joined Ray, scale, status, down; and the single-node Polyaxon job.
+
+Each verb first prepares, purely, the exact objects it will create (:func:`miles_ray.core.plans.prepare_cluster`,
+validated), then reads the cluster (preflight) and only then creates or changes anything."""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
-from miles_ray.adapters import kube, state
+from miles_ray.adapters import kube, polyaxon_api, polyaxon_spec, ray_jobs, state
+from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, ConfigError, Interrupted
+from miles_ray.core.errors import ClusterError, ConfigError, Conflict, Interrupted, NotFound, TimedOut, Unreachable
+from miles_ray.core.heads import k8s_address
+from miles_ray.core.plans import ClusterObjects, prepare_cluster
+from miles_ray.services.jobs import live_status
 
 Progress = Callable[[str], None] | None
 POLL = 1.0
@@ -22,55 +29,38 @@ def _say(progress: Progress, msg: str) -> None:
 
 # -- where a cluster's bookkeeping lives ----------------------------------------------------------
 
-def _record_path(cfg: MilesRayConfig):
-    ctx = cfg.kube_context or "current-context"
-    return state.state_dir() / "clusters" / ctx / cfg.namespace / f"{cfg.name}.json"
-
-
 def cluster_record(cfg: MilesRayConfig) -> dict[str, Any]:
-    rec = state.read_json(_record_path(cfg))
-    return rec or {"name": cfg.name, "via": "kuberay", "raycluster": cfg.name, "namespace": cfg.namespace}
+    """Which RayCluster the configured name is (and the Polyaxon run behind it), as 'up' recorded it."""
+    return state.read_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
+
+
+def _save_record(cfg: MilesRayConfig, record: dict[str, Any]) -> None:
+    state.write_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name, record)
 
 
 def _client(cfg: MilesRayConfig):
     return kube.load_client(cfg.kubeconfig, cfg.kube_context)
 
 
-def _build(cfg: MilesRayConfig):
-    from miles_ray.cli.plan import require_feasible, resolve_plan
-    from miles_ray.core.builders import build_operation, build_raycluster
-    from miles_ray.core.images import check_image
-
-    if not cfg.image:
-        raise ConfigError("no image given", hint="pass --image repo[:tag]@sha256:<64 hex> or set 'image' in miles-ray.yaml")
-    image, warnings = check_image(cfg.image, cfg.allow_unpinned)
-    if not cfg.ray_version:
-        raise ConfigError("no Ray version given", hint="pass --ray-version (the Ray installed in the image)")
-    _, plan = resolve_plan(cfg)
-    require_feasible(plan)
-    rc = build_raycluster(cfg, plan, str(image), cfg.ray_version)
-    return plan, rc, warnings, build_operation
-
-
 # -- preflight ------------------------------------------------------------------------------------
 
 def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling: bool = False) -> dict[str, Any]:
-    """Everything that must hold before anything is created. Raises ClusterError listing what fails."""
+    """Everything that must hold before anything is created. Raises a typed error saying what fails."""
     report: dict[str, Any] = {}
     if not kube.namespace_exists(api_client, cfg.namespace):
-        raise ClusterError(f"namespace {cfg.namespace!r} does not exist",
-                           hint=f"create it (kubectl create namespace {cfg.namespace}) or pass --namespace")
+        raise NotFound(f"namespace {cfg.namespace!r} does not exist",
+                       hint=f"create it (kubectl create namespace {cfg.namespace}) or pass --namespace")
     versions = kube.raycluster_crd_versions(api_client)
     if versions is None:
-        raise ClusterError("the KubeRay RayCluster CRD (rayclusters.ray.io) is not installed on this cluster",
-                           hint="install the KubeRay operator (its Helm chart installs the CRDs)")
+        raise NotFound("the KubeRay RayCluster CRD (rayclusters.ray.io) is not installed on this cluster",
+                       hint="install the KubeRay operator (its Helm chart installs the CRDs)")
     if "v1" not in versions:
         raise ClusterError(f"the installed KubeRay serves RayCluster versions {versions}, not v1",
                            hint="upgrade KubeRay to >= 1.0")
     report["crd_versions"] = versions
     if via == "kuberay" and not kube.pvc_exists(api_client, cfg.namespace, cfg.claim):
-        raise ClusterError(f"PersistentVolumeClaim {cfg.namespace}/{cfg.claim} does not exist",
-                           hint="create the shared volume for models, data and checkpoints, or set volume_claim")
+        raise NotFound(f"PersistentVolumeClaim {cfg.namespace}/{cfg.claim} does not exist",
+                       hint="create the shared volume for models, data and checkpoints, or set volume_claim")
     if not reconciling:
         cap = kube.gpu_capacity(api_client, cfg.node_selector,
                                 [t.model_dump(exclude_none=True) for t in cfg.tolerations])
@@ -112,16 +102,19 @@ def up(cfg: MilesRayConfig, progress: Progress = None, timeout: float = 600, via
 
 def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_run: str | None, wait: bool,
         ray_check: bool) -> dict[str, Any]:
-    plan, rc, warnings, build_operation = _build(cfg)
+    objects = prepare_cluster(cfg, via)  # everything that will be created, before any I/O
+    if objects.operation is not None:
+        polyaxon_spec.validate_operation(objects.operation)
+    rc = objects.raycluster
     api = _client(cfg)
     rays = kube.RayClusters(api)
     existing = rays.get(cfg.namespace, cfg.name) if via == "kuberay" else None
     _say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
     report = preflight(cfg, api, cfg.nodes, via, reconciling=existing is not None)
     result: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "via": via, "preflight": report,
-                              "warnings": warnings}
+                              "warnings": objects.warnings}
     if via == "polyaxon":
-        return _up_polyaxon(cfg, api, plan, build_operation, result, progress, timeout, dry_run, wait, ray_check)
+        return _up_polyaxon(cfg, api, objects, result, progress, timeout, dry_run, wait, ray_check)
     if dry_run == "server":
         rays.create(rc, dry_run=True)
         result.update({"dry_run": "server", "created": False, "raycluster": rc})
@@ -129,8 +122,8 @@ def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_r
     if existing is not None:
         diffs = _drift(existing, rc)
         if diffs:
-            raise ClusterError(f"RayCluster {cfg.namespace}/{cfg.name} already exists and differs: " + "; ".join(diffs),
-                               hint="'miles-ray scale' changes the size; 'miles-ray down' then 'up' changes the image")
+            raise Conflict(f"RayCluster {cfg.namespace}/{cfg.name} already exists and differs: " + "; ".join(diffs),
+                           hint="'miles-ray scale' changes the size; 'miles-ray down' then 'up' changes the image")
         _say(progress, f"RayCluster {cfg.name} already exists with this spec; waiting for it")
         result["created"] = False
     else:
@@ -138,20 +131,18 @@ def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_r
             rays.create(rc)
             result["created"] = True
             _say(progress, f"created RayCluster {cfg.namespace}/{cfg.name}")
-        except ClusterError as e:
-            if getattr(e, "status", None) != 409:
-                raise
+        except Conflict:
             result["created"] = False
             # another 'up' of the same name won the race: reconcile with what it created
             raced = rays.get(cfg.namespace, cfg.name)
             diffs = _drift(raced, rc) if raced is not None else []
             if diffs:
-                raise ClusterError(f"RayCluster {cfg.namespace}/{cfg.name} was just created by someone else and "
-                                   "differs: " + "; ".join(diffs), hint="'miles-ray status' shows it") from None
+                raise Conflict(f"RayCluster {cfg.namespace}/{cfg.name} was just created by someone else and "
+                               "differs: " + "; ".join(diffs), hint="'miles-ray status' shows it") from None
             _say(progress, f"RayCluster {cfg.name} already exists (created by a concurrent 'up' meanwhile); "
                            "waiting for it")
-    state.atomic_write_json(_record_path(cfg), {"name": cfg.name, "via": "kuberay", "raycluster": cfg.name,
-                                                "namespace": cfg.namespace, "context": cfg.kube_context})
+    _save_record(cfg, {"name": cfg.name, "via": "kuberay", "raycluster": cfg.name, "namespace": cfg.namespace,
+                       "context": cfg.kube_context})
     if wait:
         result["status"] = wait_ready(cfg, api, cfg.name, cfg.nodes, progress, timeout, ray_check)
     return result
@@ -184,25 +175,24 @@ def _drift(existing: dict, wanted: dict) -> list[str]:
 def polyaxon_preflight(cfg: MilesRayConfig, op: dict, progress: Progress = None):
     """Before creating an operation: the project exists, and (when the agent's connections are known) every
     connection the operation names is one the agent has. Returns (client, known connections or None)."""
-    from miles_ray.adapters import polyaxon_api, polyaxon_spec
-
     client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
     _say(progress, f"checking Polyaxon project {cfg.polyaxon_owner}/{cfg.polyaxon_project} at {client.host}")
     client.check_project(cfg.polyaxon_owner, cfg.polyaxon_project)
-    known = polyaxon_api.list_agent_connections(cfg.polyaxon_host, cfg.polyaxon_owner)
+    known = polyaxon_api.list_agent_connections()
     if known is not None:
         missing = sorted(set(polyaxon_spec.connection_names(op)) - set(known))
         if missing:
-            raise ClusterError(f"the Polyaxon agent does not know connection(s) {', '.join(missing)} "
-                               f"(known: {', '.join(sorted(known)) or 'none'})",
-                               hint="register the connection in the agent config, or set 'connection'")
+            raise NotFound(f"the Polyaxon agent does not know connection(s) {', '.join(missing)} "
+                           f"(known: {', '.join(sorted(known)) or 'none'})",
+                           hint="register the connection in the agent config, or set 'connection'")
     return client, known
 
 
 def up_single_node(cfg: MilesRayConfig, op: dict, warnings: list[str], dry_run: str | None, wait: bool,
                    timeout: float, progress: Progress = None) -> dict[str, Any]:
-    """Create the seed's single-node job (built and validated by the caller) through the Polyaxon API,
-    idempotent by name and content."""
+    """Create the single-node job (one pod running the upstream launcher, to confirm one complete run before
+    going multi-node; built and validated by the caller) through the Polyaxon API, idempotent by name and
+    content."""
     client, known = polyaxon_preflight(cfg, op, progress)
     result: dict[str, Any] = {"name": cfg.name, "kind": "single-node",
                               "project": f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}", "warnings": warnings}
@@ -225,11 +215,9 @@ def up_single_node(cfg: MilesRayConfig, op: dict, warnings: list[str], dry_run: 
     return result
 
 
-def _up_polyaxon(cfg, api, plan, build_operation, result, progress, timeout, dry_run, wait, ray_check):
-    from miles_ray.adapters import polyaxon_spec
-
-    op = build_operation(cfg, plan, cfg.image, cfg.ray_version)
-    polyaxon_spec.validate_operation(op)
+def _up_polyaxon(cfg: MilesRayConfig, api, objects: ClusterObjects, result: dict[str, Any], progress: Progress,
+                 timeout: float, dry_run: str | None, wait: bool, ray_check: bool) -> dict[str, Any]:
+    op, plan = objects.operation or {}, objects.plan
     client, known = polyaxon_preflight(cfg, op)
     if dry_run:
         result.update({"dry_run": dry_run, "created": False, "operation": op})
@@ -239,10 +227,9 @@ def _up_polyaxon(cfg, api, plan, build_operation, result, progress, timeout, dry
     uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
                                    tags=op.get("tags"), meta=meta, known_connections=known)
     raycluster = f"plx-operation-{uuid}"
-    state.atomic_write_json(_record_path(cfg), {"name": cfg.name, "via": "polyaxon", "raycluster": raycluster,
-                                                "namespace": cfg.namespace, "context": cfg.kube_context,
-                                                "polyaxon_uuid": uuid, "polyaxon_project": cfg.polyaxon_project,
-                                                "polyaxon_owner": cfg.polyaxon_owner})
+    _save_record(cfg, {"name": cfg.name, "via": "polyaxon", "raycluster": raycluster, "namespace": cfg.namespace,
+                       "context": cfg.kube_context, "polyaxon_uuid": uuid, "polyaxon_project": cfg.polyaxon_project,
+                       "polyaxon_owner": cfg.polyaxon_owner})
     result.update({"created": True, "polyaxon_uuid": uuid, "raycluster": raycluster})
     _say(progress, f"created Polyaxon operation {uuid} in {cfg.polyaxon_owner}/{cfg.polyaxon_project}")
     if wait:
@@ -274,9 +261,7 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
         try:
             rc = rays.get(cfg.namespace, name)
             pods = kube.cluster_pods(api, cfg.namespace, name)
-        except ClusterError as e:
-            if "unreachable" not in str(e) and getattr(e, "status", None) not in (429, 500, 502, 503, 504):
-                raise
+        except Unreachable:  # no answer, 5xx or 429: the API server may be restarting
             _say(progress, "Kubernetes API unreachable; still waiting")
             rc, pods = None, None
         if pods is not None:
@@ -305,19 +290,17 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
                     and st.get("desiredWorkerReplicas", want) == want):
                 break
         if time.monotonic() > deadline:
-            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {name}: {last}",
-                               hint="'miles-ray status' shows each pod's reason")
+            raise TimedOut(f"timed out after {timeout:.0f}s waiting for {name}: {last}",
+                           hint="'miles-ray status' shows each pod's reason")
         time.sleep(POLL)
     out = status(cfg, api_client=api, name=name, with_ray=False)
     if ray_check:
-        out["ray"] = wait_ray_joined(cfg, api, name, want, progress, max(5.0, deadline - time.monotonic()))
+        out["ray"] = wait_ray_joined(cfg, name, want, progress, max(5.0, deadline - time.monotonic()))
     return out
 
 
-def wait_ray_joined(cfg: MilesRayConfig, api, name: str, want: int, progress: Progress, timeout: float) -> dict:
-    from miles_ray.adapters import ray_jobs
-
-    with kube.port_forward(api, cfg.namespace, kube.head_pod(api, cfg.namespace, name)) as url:
+def wait_ray_joined(cfg: MilesRayConfig, name: str, want: int, progress: Progress, timeout: float) -> dict:
+    with open_head(k8s_address(cfg.namespace, name), kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
         _say(progress, f"waiting for {want} GPU worker(s) to join Ray (dashboard via port-forward {url})")
         return ray_jobs.wait_for_gpu_nodes(url, want, cfg.gpus_per_node, timeout, progress)
 
@@ -330,7 +313,7 @@ def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_r
     name = name or rec["raycluster"]
     rc = kube.RayClusters(api).get(cfg.namespace, name)
     if rc is None:
-        raise ClusterError(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
+        raise NotFound(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
     pods = kube.cluster_pods(api, cfg.namespace, name)
     st = rc.get("status", {})
     groups = rc["spec"].get("workerGroupSpecs") or []
@@ -358,18 +341,15 @@ def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_r
     if rec.get("polyaxon_uuid"):
         out["polyaxon_uuid"] = rec["polyaxon_uuid"]
         try:
-            from miles_ray.adapters import polyaxon_api
-
             run = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host, retries=1).get_run(
                 rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"], with_conditions=False)
             out["polyaxon_status"] = run.get("status")
-        except Exception as e:  # noqa: BLE001 - status must still show the cluster
+        except (ClusterError, ConfigError) as e:  # status must still show the cluster
             out["polyaxon_status"] = f"unknown ({str(e).splitlines()[0][:120]})"
     if with_ray:
         try:
-            from miles_ray.adapters import ray_jobs
-
-            with kube.port_forward(api, cfg.namespace, kube.head_pod(api, cfg.namespace, name)) as url:
+            with open_head(k8s_address(cfg.namespace, name), kube_context=cfg.kube_context,
+                           kubeconfig=cfg.kubeconfig) as url:
                 topo = ray_jobs.cluster_topology(url)
             out["ray_nodes_alive"] = len(topo["nodes"])  # cluster_topology lists ALIVE nodes only
             out["ray_gpus"] = sum(n["gpus"] for n in topo["nodes"])
@@ -387,7 +367,7 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
     rays = kube.RayClusters(api)
     current = rays.get(cfg.namespace, name)
     if current is None:
-        raise ClusterError(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
+        raise NotFound(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
     groups = current["spec"].get("workerGroupSpecs") or []
     now = next((g.get("replicas", 0) for g in groups if g.get("groupName") == cfg.worker_group), None)
     if now is not None and nodes < now and not force:
@@ -408,8 +388,6 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
 
 
 def _refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:
-    from miles_ray.services.jobs import live_status
-
     for rec in state.list_records():
         if rec.get("cluster") != cfg.name or rec.get("backend") == "local":
             continue
@@ -432,14 +410,12 @@ def down(cfg: MilesRayConfig, wait: bool = True, timeout: float = 120) -> dict[s
     out: dict[str, Any] = {"name": cfg.name, "raycluster": name, "namespace": cfg.namespace,
                            "storage": "kept (PVCs, connections and checkpoints are never deleted)"}
     if rec.get("polyaxon_uuid"):
-        from miles_ray.adapters import polyaxon_api
-
         polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host).stop_run(
             rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"])
         out["polyaxon_stopped"] = rec["polyaxon_uuid"]
     deleted = kube.RayClusters(api).delete(cfg.namespace, name)
     if not deleted and not rec.get("polyaxon_uuid"):
-        raise ClusterError(f"no RayCluster {cfg.namespace}/{name} to delete")
+        raise NotFound(f"no RayCluster {cfg.namespace}/{name} to delete")
     out["deleted"] = deleted
     if wait and deleted:
         deadline = time.monotonic() + timeout
@@ -448,16 +424,5 @@ def down(cfg: MilesRayConfig, wait: bool = True, timeout: float = 120) -> dict[s
                 out["pods_remaining"] = len(kube.cluster_pods(api, cfg.namespace, name))
                 break
             time.sleep(POLL)
-    _record_path(cfg).unlink(missing_ok=True)
+    state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
     return out
-
-
-def dashboard_address(cfg: MilesRayConfig) -> str:
-    """The head's Jobs API: service DNS from inside the cluster; from outside ``k8s://NS/NAME``, which
-    submit/logs/status turn into a port-forward to the head pod through the Kubernetes API."""
-    import os
-
-    rec = cluster_record(cfg)
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return f"http://{rec['raycluster']}-head-svc.{cfg.namespace}.svc:8265"
-    return f"k8s://{cfg.namespace}/{rec['raycluster']}"

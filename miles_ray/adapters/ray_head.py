@@ -1,0 +1,61 @@
+"""The one way to reach a Ray head: :func:`open_head` turns any head address (``miles_ray.core.heads``) into an
+http URL of its dashboard / Jobs API for the duration of a ``with`` block.
+
+* an http URL: used as is;
+* ``k8s://NAMESPACE/RAYCLUSTER``, or the head service URL ``http://NAME-head-svc.NAMESPACE.svc:8265`` from
+  outside the cluster: a port-forward to the head pod's 8265 through the Kubernetes API
+  (:func:`miles_ray.adapters.kube.port_forward`), checked before it is used -- a head that cannot be reached
+  that way is one ``Unreachable`` error naming the RayCluster and its pod;
+* ``local://NAME``: the dashboard of the local cluster ``NAME`` on this machine.
+
+Every verb that talks to Ray goes through here (submit, logs, status, stop, runs, check-data, comm-check,
+doctor, register, runs compare).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from miles_ray.adapters import kube, local_ray, ray_jobs, state
+from miles_ray.core.errors import Unreachable
+from miles_ray.core.heads import DASHBOARD_PORT, HeadAddress, parse_head
+
+
+def in_cluster() -> bool:
+    """True inside a Kubernetes pod (the service URLs of the cluster resolve here)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def local_dashboard(name: str) -> str:
+    """The dashboard URL of the local cluster ``name`` on this machine (NotFound-like ClusterError when none)."""
+    return local_ray.status(state.local_clusters_dir(), name)["dashboard_url"]
+
+
+@contextmanager
+def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
+              kubeconfig: str | None = None) -> Iterator[str]:
+    """Yield an http URL that reaches the head named by ``address`` (see the module doc). A port-forward lives
+    as long as the ``with`` block; kubeconfig/context say which Kubernetes API to forward through."""
+    head = address if isinstance(address, HeadAddress) else parse_head(address)
+    if head.kind == "url":
+        yield head.url or head.address
+        return
+    if head.kind == "local":
+        yield local_dashboard(head.name or "")
+        return
+    if head.url and in_cluster():  # the head service resolves from inside the cluster
+        yield head.url
+        return
+    namespace, name = head.namespace or "", head.name or ""
+    api = kube.load_client(kubeconfig, kube_context)
+    pod = kube.head_pod(api, namespace, name)
+    with kube.port_forward(api, namespace, pod, DASHBOARD_PORT) as url:  # Unreachable naming the pod if refused
+        try:
+            ray_jobs.ray_version(url)  # the head answers through the forward, or we say which pod did not
+        except Unreachable as e:
+            raise Unreachable(f"the Ray head of RayCluster {namespace}/{name} (pod {namespace}/{pod}) does not "
+                              f"answer through a port-forward to its port {DASHBOARD_PORT} ({e.message})",
+                              hint="'miles-ray status' shows the pods; 'miles-ray doctor' says why") from None
+        yield url

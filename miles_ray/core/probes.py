@@ -1,0 +1,138 @@
+"""Probes: small Ray jobs that check something on a live cluster -- the data and checkpoint preflight
+(``launchers/check_data.py``), the all-reduce across GPU workers (``launchers/comm_check.py``) and the listing of
+a run's checkpoints (``launchers/list_checkpoints.py``). Pure: this module says exactly what job each probe is
+and how to read its answer; ``miles_ray.services.probes.run_probe`` runs it.
+
+Every payload is a file in ``launchers/`` (shipped as the job's working_dir; it imports only ray and the standard
+library) and prints its answer as one line ``MILES_RAY_PROBE_RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.errors import ConfigError
+from miles_ray.core.recipes import Recipe
+
+RESULT_PREFIX = "MILES_RAY_PROBE_RESULT "
+CHECK_DATA_SPEC_ENV = "CHECK_DATA_SPEC"
+MAX_COMM_SIZE_MB = 4096
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe job: ``payload`` (a file in launchers/) run with ``args`` and ``env``, bounded by ``timeout``
+    seconds from submission to its end (the runner stops it after that)."""
+
+    kind: str
+    payload: str
+    submission_id: str
+    timeout: float
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def entrypoint(self, python: str) -> str:
+        return shlex.join([python, self.payload, *self.args])
+
+
+def probe_id(kind: str, cluster: str, token: str) -> str:
+    """A fresh submission id for one probe run (``token``: a time stamp or random hex the caller picks)."""
+    return f"miles-ray-{kind}-{cluster}-{token}"
+
+
+def parse_result(log_text: str) -> dict[str, Any] | None:
+    """The payload's answer: the last ``MILES_RAY_PROBE_RESULT {json}`` line of its log, or None."""
+    for line in reversed((log_text or "").splitlines()):
+        idx = line.find(RESULT_PREFIX)
+        if idx >= 0:
+            try:
+                value = json.loads(line[idx + len(RESULT_PREFIX):])
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+# -- check-data -------------------------------------------------------------------------------------
+
+def check_data_spec(cfg: MilesRayConfig, recipe: Recipe, resume_output_dir: str | None = None,
+                    timeout: float = 60) -> dict[str, Any]:
+    """The payload's spec: every path it checks, as the launcher will see them."""
+    model_dir, data_dir = PurePosixPath(cfg.model_dir), PurePosixPath(cfg.data_dir)
+    inputs = [
+        ("HF model (SGLang, tokenizer)", str(model_dir / recipe.hf_dir)),
+        ("Megatron checkpoint (--ref-load)", str(model_dir / recipe.megatron_dir)),
+        ("training data", str(data_dir / recipe.train_data)),
+    ]
+    if recipe.eval_data:
+        inputs.append(("evaluation data", str(data_dir / recipe.eval_data)))
+    output_parent = str(PurePosixPath(cfg.mount_path) / cfg.runs_dir)
+    tracker = None
+    if resume_output_dir:
+        tracker = str(PurePosixPath(resume_output_dir) / "checkpoints" / "latest_checkpointed_iteration.txt")
+        output_parent = str(PurePosixPath(resume_output_dir).parent)
+    return {"mount_path": cfg.mount_path, "inputs": inputs, "output_parent": output_parent, "tracker": tracker,
+            "timeout": timeout}
+
+
+def check_data_probe(cfg: MilesRayConfig, recipe: Recipe, resume_output_dir: str | None, timeout: float,
+                     token: str) -> Probe:
+    """The preflight job: four bounded rounds of per-node tasks, plus job start-up (runtime env upload, driver
+    start)."""
+    spec = check_data_spec(cfg, recipe, resume_output_dir, timeout)
+    return Probe(kind="check-data", payload="check_data.py", submission_id=probe_id("check-data", cfg.name, token),
+                 timeout=4 * timeout + 120, env={CHECK_DATA_SPEC_ENV: json.dumps(spec)},
+                 metadata={"miles_ray": "check-data", "cluster": cfg.name})
+
+
+TRACKER_CHECK = "resume checkpoint tracker"  # the payload's name of the --resume-from check
+
+
+def missing_line(node: dict[str, Any], missing: dict[str, Any]) -> str:
+    """One problem of one node, as a line: ``IP (role): what path: problem``."""
+    return f"{node['node_ip']} ({node['role']}): {missing['what']} {missing['path']}: {missing['problem']}".replace(
+        " : ", ": ")
+
+
+def check_data_report(result: dict[str, Any], cfg: MilesRayConfig, recipe: Recipe,
+                      resume_output_dir: str | None) -> dict[str, Any]:
+    """The payload's answer as check-data's report: ``ok``, ``nodes`` (per node: checks with evidence,
+    ``missing``), ``missing`` (every problem, one line each, per node), ``same_storage``."""
+    missing = [missing_line(n, m) for n in result["nodes"] for m in n.get("missing", [])]
+    if not result["nodes"]:
+        missing.append("no alive head or GPU worker node answered")
+    return {"recipe": recipe.name, "mount_path": cfg.mount_path, "resume_output_dir": resume_output_dir,
+            "ok": bool(result["ok"]) and not missing, "missing": missing, "nodes": result["nodes"],
+            "same_storage": result["same_storage"], "seconds": result.get("seconds")}
+
+
+# -- comm-check -------------------------------------------------------------------------------------
+
+def comm_check_probe(cfg: MilesRayConfig, size_mb: float, timeout: float, token: str) -> Probe:
+    """The all-reduce job: placement, actor start and the ring are each bounded by ``timeout`` inside it."""
+    if size_mb <= 0 or size_mb > MAX_COMM_SIZE_MB:
+        raise ConfigError(f"--size-mb {size_mb:g} is out of range", hint=f"use 0 < size <= {MAX_COMM_SIZE_MB} MiB")
+    return Probe(kind="comm-check", payload="comm_check.py", submission_id=probe_id("comm-check", cfg.name, token),
+                 timeout=3 * timeout + 60, args=["--size-mb", f"{size_mb:g}", "--timeout", f"{timeout:g}"],
+                 env={"PYTHONUNBUFFERED": "1"}, metadata={"miles_ray": "comm-check", "cluster": cfg.name})
+
+
+# -- a run's checkpoints ----------------------------------------------------------------------------
+
+def checkpoints_root(output_dir: str) -> str:
+    return f"{output_dir.rstrip('/')}/checkpoints"
+
+
+def checkpoint_list_probe(record: dict[str, Any], extra_paths: list[str], token: str,
+                          timeout: float = 120) -> Probe:
+    """List ``<output_dir>/checkpoints`` (``iter_*`` dirs, the tracker) on a GPU worker of the run's cluster, and
+    whether each of ``extra_paths`` is a directory there."""
+    return Probe(kind="ckpt", payload="list_checkpoints.py", submission_id=probe_id("ckpt", record["cluster"], token),
+                 timeout=timeout, args=[checkpoints_root(record["output_dir"]), *extra_paths],
+                 env={"PYTHONUNBUFFERED": "1"}, metadata={"miles_ray": "checkpoint-list", "run": record["run"]})

@@ -1,0 +1,281 @@
+"""The "prepare" step of ``submit``: from the configuration and the request to the complete job -- entrypoint,
+runtime env, submission id, metadata, run record, output dir (or, for ``--mode launcher``, the launcher command
+or its Polyaxon operation) -- before anything talks to a cluster. Pure: it receives what it needs (config,
+request, the resolved head address, the records it may reuse, the time) and returns data or raises a typed
+error; ``miles_ray.services.jobs.submit`` then does the I/O.
+
+Two steps, so that bad input fails before any I/O (even before the head address is looked up):
+:func:`validate_request` (config and flags alone) and :func:`prepare_submit` (with the head address). The checks
+against the live cluster (:func:`check_topology`, :func:`check_head_ray_version`) are pure verdicts on what the
+service read from the head after preparing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, job_env, launcher_argv,
+                                       launcher_job_operation, rehearsal_entrypoint, submission_id)
+from miles_ray.core.errors import ConfigError, Conflict
+from miles_ray.core.heads import in_cluster_url, parse_head
+from miles_ray.core.images import ImageRef, check_image
+from miles_ray.core.planner import Plan
+from miles_ray.core.plans import require_feasible, resolve_plan
+from miles_ray.core.recipes import Recipe
+from miles_ray.core.runs import SCHEMA, RunRecord, resume_differences
+from miles_ray.core.secrets import HINT as SECRET_HINT
+from miles_ray.core.secrets import secret_name, secret_value
+
+REHEARSAL_DRIVER = "rehearse.py"
+_CREDENTIAL_FLAG = re.compile(r"(key|token|secret|password|passwd|credentials?)$", re.I)
+_RECORDED_SPLIT = {"layout", "nodes", "gpus_per_node", "actor_num_nodes", "trainer_gpus", "rollout_num_gpus",
+                   "rollout_num_gpus_per_engine", "miles_args", "colocate"}
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    """--env KEY=VALUE pairs. A secret-looking name or value is refused: it would land in plain text
+    in the job's runtime env, metadata and run record. The refusal never repeats the value."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise ConfigError(f"--env {item!r} is not KEY=VALUE with a valid variable name")
+        if secret_name(key):
+            raise ConfigError(
+                f"--env {key}=... looks like a credential; miles-ray does not put secrets in plain text into job "
+                "specs or run records", hint="supply it through a Kubernetes Secret or a scoped Polyaxon connection")
+        what = secret_value(value)
+        if what:
+            raise ConfigError(f"--env {key}=... looks like {what}; miles-ray does not put secrets in plain text into "
+                              "job specs or run records", hint=SECRET_HINT)
+        out[key] = value
+    return out
+
+
+def check_extra_args(extra_args: list[str]) -> None:
+    """Refuse credentials in --extra-args: they would be stored in the run record and the job's entrypoint."""
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and _CREDENTIAL_FLAG.search(flag):
+            raise ConfigError(f"--extra-args passes {flag}: a credential on the job's command line would be stored "
+                              "in the run record and the job's entrypoint", hint=SECRET_HINT)
+        what = secret_value(arg)
+        if what:
+            raise ConfigError(f"--extra-args contains what looks like {what}; it would be stored in the run record "
+                              "and the job's entrypoint", hint=SECRET_HINT)
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """What the user asked ``submit`` for (flags other than the configuration's)."""
+
+    run: str | None = None
+    mode: Literal["direct", "launcher"] = "direct"
+    rehearse: bool = False
+    env: list[str] = field(default_factory=list)  # KEY=VALUE, as given
+    extra_args: list[str] = field(default_factory=list)
+    resume_from: str | None = None
+    force: bool = False
+    miles_commit: str | None = None
+    model_revision: str | None = None
+    dataset_revision: str | None = None
+    num_rollout: int | None = None
+    timeout: float = 120.0  # waiting for nodes; the rehearsal's placement timeout
+    wait_for_nodes: bool = False
+    check_data: bool | None = None  # None: on for Kubernetes clusters
+
+
+@dataclass(frozen=True)
+class ValidRequest:
+    """A request that passed every check that needs no cluster: its recipe, plan, pinned image and env."""
+
+    request: SubmitRequest
+    recipe: Recipe
+    plan: Plan
+    image: ImageRef | None
+    env: dict[str, str]
+
+
+def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidRequest:
+    """Every check of config and flags alone (exit 2 on bad input): the split is feasible, the mode fits it,
+    the image is pinned, the run name is valid, no credential in --env or --extra-args."""
+    recipe, plan = resolve_plan(cfg)
+    require_feasible(plan)
+    if request.mode == "launcher":
+        if not plan.colocate:
+            raise ConfigError("--mode launcher runs the upstream launcher, which is always colocated; this plan is "
+                              f"{plan.layout}", hint="use --mode direct for disaggregated splits")
+        if recipe.launcher_max_nodes and plan.nodes > recipe.launcher_max_nodes:
+            raise ConfigError(f"the upstream launcher {recipe.launcher} supports at most {recipe.launcher_max_nodes} "
+                              f"node(s)", hint="use --mode direct")
+    image = check_image(cfg.image, cfg.allow_unpinned)[0] if cfg.image else None
+    if request.run is not None and not RUN_NAME.match(request.run):
+        raise ConfigError(f"run name {request.run!r} is not valid",
+                          hint="use lower-case letters, digits and '-', at most 40 characters")
+    check_extra_args(request.extra_args)
+    return ValidRequest(request=request, recipe=recipe, plan=plan, image=image, env=parse_env(request.env))
+
+
+@dataclass(frozen=True)
+class SubmitTarget:
+    """Where the job goes: the backend that made the head (local, kuberay, polyaxon, address), the head's
+    address as stored in run records (``miles_ray.core.heads``), and the python its job drivers run with."""
+
+    backend: str
+    address: str
+    python: str = "python3"
+
+
+@dataclass(frozen=True)
+class SubmitJob:
+    """Everything submit creates, complete before any I/O.
+
+    ``kind``: ``ray-job`` (submitted through the Jobs API), ``launcher-exec`` (the upstream launcher replaces
+    this process) or ``launcher-polyaxon`` (the launcher as a Polyaxon job in the cluster, ``operation``).
+    ``existing``: the record of a run of this name (a re-submit returns its job when the head still has it);
+    ``reconcile_error``: why that run cannot be submitted again when its job is gone.
+    """
+
+    kind: Literal["ray-job", "launcher-exec", "launcher-polyaxon"]
+    run: str
+    submission_id: str
+    address: str
+    in_cluster_address: str
+    entrypoint: str
+    runtime_env: dict[str, Any]
+    metadata: dict[str, str]
+    record: dict[str, Any]
+    output_dir: str
+    resumed_from: str | None
+    plan: Plan
+    recipe: Recipe
+    check_data: bool
+    resume_dir: str | None
+    wait_for_nodes: bool
+    timeout: float
+    launcher_argv: list[str] | None = None
+    operation: dict[str, Any] | None = None
+    existing: dict[str, Any] | None = None
+    reconcile_error: ConfigError | None = None
+
+    def with_head_ray_version(self, cfg: MilesRayConfig, live: str | None) -> "SubmitJob":
+        """The job with the head's own Ray version recorded (see :func:`check_head_ray_version`)."""
+        version = check_head_ray_version(cfg.ray_version, live)
+        return replace(self, record={**self.record, "ray_version": version})
+
+
+def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarget, *, created: str,
+                   launchers_dir: str, existing: dict[str, Any] | None = None,
+                   resume: dict[str, Any] | None = None) -> SubmitJob:
+    """The complete job for ``valid`` on ``target``.
+
+    ``created``: the submit time (ISO, UTC; names an unnamed run). ``launchers_dir``: the payload directory
+    shipped with a rehearsal. ``existing``: the record already stored under the run's name, if any. ``resume``:
+    the record of the run named by --resume-from (its output dir and checkpoints are reused)."""
+    request, recipe, plan, image = valid.request, valid.recipe, valid.plan, valid.image
+    head = parse_head(target.address)
+    if request.mode == "launcher" and head.kind == "kubernetes" and image is None:
+        raise ConfigError("--mode launcher on a Kubernetes cluster runs the launcher as a Polyaxon job in the Miles "
+                          "image: an image is needed", hint="pass --image repo@sha256:<64 hex>")
+    run = request.run or default_run_name(recipe, plan, created)
+    sid = submission_id(cfg.name, run)
+
+    reconcile_error = None
+    if existing is not None:
+        if existing.get("address") != target.address:
+            raise ConfigError(f"run {run!r} already exists on another cluster ({existing.get('address')})",
+                              hint="pick another --run name")
+        if existing.get("recipe_hash") != recipe.content_hash() or resume_differences(
+                RunRecord.model_validate(existing), recipe.content_hash(), plan.model_dump()):
+            reconcile_error = ConfigError(f"run {run!r} was recorded with a different recipe or split and has no job",
+                                          hint="pick another --run name")
+
+    output_dir, resumed_from = cfg.output_dir(run), None
+    if resume is not None:
+        diffs = resume_differences(RunRecord.model_validate(resume), recipe.content_hash(), plan.model_dump())
+        if diffs and not request.force:
+            raise ConfigError(f"--resume-from {resume['run']}: checkpoints were written with a different setup: "
+                              + "; ".join(diffs), hint="pass --force to reuse them anyway")
+        output_dir, resumed_from = resume["output_dir"], resume["run"]
+
+    in_cluster = in_cluster_url(target.address)
+    runtime_env: dict[str, Any] = {"env_vars": job_env(cfg, in_cluster, valid.env)}
+    argv = None
+    if request.rehearse:
+        entrypoint = rehearsal_entrypoint(REHEARSAL_DRIVER, plan, max(10, min(request.timeout, 600)))
+        if target.python != "python3":
+            entrypoint = entrypoint.replace("python3", target.python, 1)
+        runtime_env["working_dir"] = launchers_dir
+    elif request.mode == "direct":
+        entrypoint = direct_entrypoint(cfg, recipe, plan, output_dir, request.extra_args,
+                                       num_rollout=request.num_rollout)
+    else:
+        argv = launcher_argv(cfg, recipe, plan, output_dir, run, request.extra_args)
+        entrypoint = " ".join(argv)
+    mode = "rehearse" if request.rehearse else request.mode
+    record = RunRecord(
+        schema=SCHEMA, run=run, cluster=cfg.name, backend=target.backend, address=target.address, submission_id=sid,
+        mode=mode, created=created, image=str(image) if image else None,
+        image_digest=image.digest if image else None, ray_version=cfg.ray_version, miles_commit=request.miles_commit,
+        model_revision=request.model_revision, dataset_revision=request.dataset_revision, recipe=recipe.name,
+        recipe_hash=recipe.content_hash(), recipe_spec=recipe.model_dump(mode="json"),
+        split=plan.model_dump(mode="json", include=_RECORDED_SPLIT), output_dir=output_dir,
+        resumed_from=resumed_from, entrypoint=entrypoint, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig,
+    ).model_dump(by_alias=True)
+    metadata = {"miles_ray_run": run, "recipe": recipe.name, "recipe_hash": recipe.content_hash(),
+                "cluster": cfg.name, "mode": mode, "layout": plan.layout,
+                "image_digest": record["image_digest"] or "", "output_dir": output_dir}
+    kind: Literal["ray-job", "launcher-exec", "launcher-polyaxon"] = "ray-job"
+    operation = None
+    if mode == "launcher":
+        kind = "launcher-polyaxon" if head.kind == "kubernetes" else "launcher-exec"
+        if kind == "launcher-polyaxon":
+            operation = launcher_job_operation(cfg, recipe, plan, record["image"], run, output_dir, in_cluster,
+                                               request.extra_args)
+    # Data and checkpoint preflight on every node: default on for Kubernetes clusters, where the shared volume is
+    # real (--check-data / --no-check-data override). Rehearsals touch no data.
+    check_data = not request.rehearse and (request.check_data if request.check_data is not None
+                                          else target.backend == "kuberay")
+    return SubmitJob(kind=kind, run=run, submission_id=sid, address=target.address, in_cluster_address=in_cluster,
+                     entrypoint=entrypoint, runtime_env=runtime_env, metadata=metadata, record=record,
+                     output_dir=output_dir, resumed_from=resumed_from, plan=plan, recipe=recipe,
+                     check_data=check_data, resume_dir=output_dir if resumed_from else None,
+                     wait_for_nodes=request.wait_for_nodes, timeout=request.timeout, launcher_argv=argv,
+                     operation=operation, existing=existing, reconcile_error=reconcile_error)
+
+
+def check_topology(topology: dict, plan: Plan) -> list[str]:
+    """What the live cluster lacks for the plan (empty: enough). Compares GPU worker nodes and GPUs/node.
+    ``topology['nodes']`` lists the ALIVE nodes only."""
+    gpu_nodes = [n for n in topology["nodes"] if n["gpus"] > 0]
+    problems: list[str] = []
+    per_node = sorted({int(n["gpus"]) for n in gpu_nodes})
+    gpu_nodes = [n for n in gpu_nodes if int(n["gpus"]) >= plan.gpus_per_node] if len(per_node) > 1 else gpu_nodes
+    if len(gpu_nodes) < plan.ray.gpu_workers:
+        problems.append(f"{len(gpu_nodes)} GPU node(s) alive, the plan needs {plan.ray.gpu_workers} "
+                        f"(missing {plan.ray.gpu_workers - len(gpu_nodes)})")
+    wrong = [n for n in gpu_nodes if int(n["gpus"]) != plan.gpus_per_node]
+    if wrong:
+        problems.append(f"GPU nodes advertise {per_node} GPUs each, the plan needs exactly {plan.gpus_per_node} per node "
+                        "(--gpus-per-node must be the real per-node count, or engines get the wrong host)")
+    few_cpus = [n for n in gpu_nodes if n["cpus"] < plan.gpus_per_node]
+    if few_cpus:
+        problems.append(f"{len(few_cpus)} GPU node(s) advertise fewer CPUs than GPUs ({plan.gpus_per_node}); "
+                        "Miles needs one CPU with every GPU bundle")
+    spare = sum(n["cpus"] for n in topology["nodes"]) - plan.trainer_gpus - (
+        0 if plan.colocate else plan.rollout_num_gpus)
+    if not problems and spare < plan.ray.spare_cpus:  # a missing node explains a CPU shortfall already
+        problems.append("no spare CPU for the RolloutManager (one CPU outside the GPU bundles)")
+    return problems
+
+
+def check_head_ray_version(configured: str | None, live: str | None) -> str | None:
+    """The Ray version to record: the head's own, else the configured one. The head, workers and submitter must
+    run one Ray version, so a configured version the head does not run is refused."""
+    if configured and live and configured != live:
+        raise Conflict(f"the cluster runs Ray {live} but the config says {configured}",
+                       hint="head, workers and submitter must run one Ray version: fix --ray-version or the image")
+    return live or configured

@@ -1,0 +1,64 @@
+"""The one probe runner: submit a small Ray job (a payload file in launchers/, described by
+:class:`miles_ray.core.probes.Probe`), wait for it with a bound, STOP it when the bound runs out, and read its
+answer. check-data, comm-check, doctor's data checks and register's checkpoint listing all go through here."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import secrets
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+from miles_ray.adapters import ray_jobs
+from miles_ray.core.errors import ClusterError, TimedOut
+from miles_ray.core.heads import HeadAddress, parse_head
+from miles_ray.core.probes import Probe, parse_result
+
+Progress = Callable[[str], None] | None
+
+
+def launchers_dir() -> Path:
+    """The payload directory (``launchers/``, installed as the ``miles_ray.launchers`` package): shipped as the
+    working_dir of probe jobs and rehearsals."""
+    return Path(str(resources.files("miles_ray.launchers")))
+
+
+def payload_python(head: HeadAddress | str) -> str:
+    """The interpreter a payload's job driver runs with: this very one when the head runs on this machine (the
+    local cluster, a loopback address: same venv), else the image's ``python3``."""
+    head = head if isinstance(head, HeadAddress) else parse_head(head)
+    return sys.executable if head.on_this_machine else "python3"
+
+
+def probe_token() -> str:
+    """A fresh, sortable token for a probe's submission id (UTC time to the microsecond, plus randomness)."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S%f") + secrets.token_hex(2)
+
+
+def run_probe(url: str, probe: Probe, python: str, progress: Progress = None) -> dict[str, Any]:
+    """Run ``probe`` on the head at ``url`` (an http URL: see ``miles_ray.adapters.ray_head.open_head``).
+
+    Returns ``{"job": id, "status": final job status, "result": the payload's answer}``. Raises ``TimedOut``
+    when the job has not ended within ``probe.timeout`` (the job is stopped first, so nothing is left running),
+    and ``ClusterError`` when it ended without an answer (the last lines of its log say why)."""
+    runtime_env: dict[str, Any] = {"working_dir": str(launchers_dir())}
+    if probe.env:
+        runtime_env["env_vars"] = dict(probe.env)
+    if progress:
+        progress(f"submitting {probe.kind} job {probe.submission_id} to {url} (bounded by {probe.timeout:.0f}s)")
+    job_id, _ = ray_jobs.submit(url, probe.entrypoint(python), runtime_env, probe.submission_id, probe.metadata)
+    try:
+        info = ray_jobs.wait(url, job_id, timeout=probe.timeout)
+    except TimedOut:
+        ray_jobs.stop(url, job_id)
+        raise TimedOut(f"the {probe.kind} job {job_id} did not finish within {probe.timeout:.0f}s on {url}; "
+                       "it was stopped", hint="is a node stuck or busy? 'miles-ray status' shows the cluster") from None
+    text = ray_jobs.logs(url, job_id)
+    result = parse_result(text)
+    if result is None:
+        tail = " | ".join(line for line in text.strip().splitlines()[-3:]) if text else "no output"
+        raise ClusterError(f"the {probe.kind} job {job_id} ended {info['status']} without a result ({tail[:400]})",
+                           hint="the payload could not run on the head: check the image's python and ray")
+    return {"job": job_id, "status": info["status"], "result": result}
