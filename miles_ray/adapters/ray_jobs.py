@@ -85,7 +85,7 @@ def _call(address: str, what: str, fn: Callable[[], Any]) -> Any:
         msg = _short(exc)
         low = msg.lower()
         if "does not exist" in low or "not found" in low or "404" in low:
-            raise ClusterError(f"{what}: no such job on {address}", hint="list jobs with `miles-ray jobs`") from exc
+            raise ClusterError(f"{what}: no such job on {address}", hint="list the runs and their jobs with 'miles-ray runs'") from exc
         if any(k in low for k in ("connection", "refused", "timed out", "max retries", "cannot connect")):
             raise _unreachable(address, msg) from exc
         raise ClusterError(f"{what} failed on {address}: {msg}") from exc

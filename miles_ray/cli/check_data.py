@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from miles_ray.cli.common import (BackendOption, Backend, ConfigOpt, NameOpt, Output, OutputOpt, RecipeFileOpt,
-                                  RecipeOpt, config_flags, emit, out, progress_display)
+                                  RecipeOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.errors import ConfigError
 
 AddressOpt = Annotated[Optional[str], typer.Option("--address", help="Ray dashboard / Jobs API URL (default: $RAY_ADDRESS, ray_address, or the cluster made by 'up')", show_default=False)]
@@ -71,7 +71,7 @@ def check_data_cmd(
 
     Paths: <mount>/<models_dir>/<recipe HF dir> and <..._torch_dist>, the training and eval data, the output
     dir's parent; with --resume-from also <output dir>/checkpoints/latest_checkpointed_iteration.txt.
-    Every missing path on every node is reported at once. Exit 0 all present, 1 anything missing.
+    Every missing path on every node is reported at once. Exit 0 all present, 4 anything missing.
 
     Example:
 
@@ -87,9 +87,9 @@ def check_data_cmd(
     fakes = parse_test_mounts(test_mount_path_for_node or [])
     python = python_for(cfg, address, backend.value)
     _, url = resolve_address(cfg, address, backend.value)
-    with progress_display("checking data", quiet=output is not Output.table) as p:
+    with progress_display("checking data") as p:
         rep = check_data(cfg, url, rec, resume_dir(cfg, resume_from), timeout=timeout, python=python,
                          test_mount_paths=fakes or None, progress=p)
     emit(rep, output, lambda: report_table(rep))
     if not rep["ok"]:
-        raise typer.Exit(1)
+        checks_failed("check-data", max(1, len(rep["missing"])))

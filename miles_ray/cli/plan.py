@@ -68,8 +68,8 @@ def plan_cmd(
 
     Examples:
 
+    \b
       miles-ray plan --recipe Qwen3-4B --nodes 4
-
       miles-ray plan --recipe Qwen3-4B --nodes 3 --layout disaggregated --rollout-nodes 1 -o json
     """
     from miles_ray.core.config import load_config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 import re
 import sys
 from pathlib import Path
@@ -22,10 +22,6 @@ from miles_ray.core.secrets import HINT as SECRET_HINT
 from miles_ray.core.secrets import secret_name, secret_value
 
 Progress = Callable[[str], None] | None
-
-# Job states -> exit codes of 'status RUN' / 'logs --follow' / 'submit --follow'
-EXIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "PENDING": 3, "RUNNING": 3, "STOPPED": 4}
-
 
 def launchers_dir() -> Path:
     from importlib import resources
@@ -66,6 +62,12 @@ def reach(address: str, kube_context: str | None = None, kubeconfig: str | None 
     api = kube.load_client(kubeconfig, kube_context)
     with kube.port_forward(api, namespace, kube.head_pod(api, namespace, name)) as url:
         yield url
+
+
+def reach_record(record: dict[str, Any], kube_context: str | None = None,
+                 kubeconfig: str | None = None) -> AbstractContextManager[str]:
+    """:func:`reach` for a run record: --context/--kubeconfig given now win over the context recorded at submit."""
+    return reach(record["address"], kube_context or record.get("kube_context"), kubeconfig)
 
 
 def in_cluster_url(address: str) -> str:
@@ -334,42 +336,43 @@ def launcher_as_polyaxon_job(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, re
             "submission_id": f"polyaxon:{uuid}", "status": "CREATED", "launcher_job": True}
 
 
-def live_status(record: dict[str, Any]) -> str:
+def live_status(record: dict[str, Any], kube_context: str | None = None, kubeconfig: str | None = None) -> str:
     try:
-        with reach(record["address"], record.get("kube_context")) as url:
+        with reach_record(record, kube_context, kubeconfig) as url:
             job = job_or_none(url, record["submission_id"])
     except ClusterError:
         return "UNREACHABLE"
     return job["status"] if job else "UNKNOWN"
 
 
-def run_status(run: str) -> dict[str, Any]:
+def run_status(run: str, kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
     from miles_ray.adapters import ray_jobs
 
     rec = state.load_record(run)
-    with reach(rec["address"], rec.get("kube_context")) as url:
+    with reach_record(rec, kube_context, kubeconfig) as url:
         info = ray_jobs.status(url, rec["submission_id"])
     info.pop("runtime_env", None)
     return {"run": run, "submission_id": rec["submission_id"], "address": rec["address"], **info,
             "output_dir": rec["output_dir"], "recipe": rec["recipe"], "mode": rec["mode"]}
 
 
-def run_logs(run: str, follow: bool) -> Iterator[str]:
+def run_logs(run: str, follow: bool, kube_context: str | None = None,
+             kubeconfig: str | None = None) -> Iterator[str]:
     from miles_ray.adapters import ray_jobs
 
     rec = state.load_record(run)
-    with reach(rec["address"], rec.get("kube_context")) as url:
+    with reach_record(rec, kube_context, kubeconfig) as url:
         if follow:
             yield from ray_jobs.follow_logs(url, rec["submission_id"])
         else:
             yield ray_jobs.logs(url, rec["submission_id"])
 
 
-def run_stop(run: str) -> dict[str, Any]:
+def run_stop(run: str, kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
     from miles_ray.adapters import ray_jobs
 
     rec = state.load_record(run)
-    with reach(rec["address"], rec.get("kube_context")) as url:
+    with reach_record(rec, kube_context, kubeconfig) as url:
         stopped = ray_jobs.stop(url, rec["submission_id"])
     return {"run": run, "submission_id": rec["submission_id"], "stopped": stopped}
 

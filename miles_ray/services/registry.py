@@ -116,11 +116,12 @@ def list_checkpoints_local(output_dir: str, extra: list[str]) -> dict[str, Any]:
     return out
 
 
-def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120) -> dict[str, Any]:
+def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120,
+                                kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
     """List ``<output_dir>/checkpoints`` through a tiny Ray job on the run's head (see module doc)."""
-    from miles_ray.services.jobs import reach
+    from miles_ray.services.jobs import reach_record
 
-    with reach(record["address"], record.get("kube_context")) as url:  # k8s:// heads via port-forward
+    with reach_record(record, kube_context, kubeconfig) as url:  # k8s:// heads via port-forward
         return _list_checkpoints_at(url, record, extra, timeout)
 
 
@@ -155,7 +156,8 @@ def _list_checkpoints_at(url: str, record: dict[str, Any], extra: list[str], tim
 
 def register(run: str, iteration: int, *, version: str | None, hf_dir: str | None, tags: list[str],
              description: str | None, host: str | None, owner: str, project: str, check_via: str = "auto",
-             force: bool = False, progress: Progress = None) -> dict[str, Any]:
+             force: bool = False, progress: Progress = None, kube_context: str | None = None,
+             kubeconfig: str | None = None) -> dict[str, Any]:
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
 
     if not host:
@@ -182,7 +184,7 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
         progress(f"looking for {ckpt} ({'on this machine' if via == 'local' else 'through a Ray job on ' + record['address']})")
     extra = [hf] if hf else []
     listing = list_checkpoints_local(record["output_dir"], extra) if via == "local" else \
-        list_checkpoints_on_cluster(record, extra)
+        list_checkpoints_on_cluster(record, extra, kube_context=kube_context, kubeconfig=kubeconfig)
     iterations = sorted(listing.get("iterations") or [])
     if iteration not in iterations:
         have = ", ".join(str(i) for i in iterations) if iterations else "none"

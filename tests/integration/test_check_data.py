@@ -71,14 +71,14 @@ def test_everything_present_on_every_node(env, cli, mount):
 def test_every_missing_path_reported_at_once(env, cli, mount):
     prepare(mount, eval_data=False, megatron=False)
     code, rep, err = check(cli, env.address)
-    assert code == 1
+    assert code == 4
     assert not rep["ok"]
     assert len(rep["missing"]) == 2 * 5, rep["missing"]  # two paths x (head + 4 workers), in one run
     assert sum(f"{mount}/models/Qwen3-4B_torch_dist" in line for line in rep["missing"]) == 5
     assert sum(f"{mount}/datasets/aime-2024/aime-2024.jsonl" in line for line in rep["missing"]) == 5
     # the table form says the same, one line per problem
     code, out, _ = cli("check-data", "--address", env.address, "--timeout", "60")
-    assert code == 1 and out.count("✗") == 10 and "does not exist" in out
+    assert code == 4 and out.count("✗") == 10 and "does not exist" in out
 
 
 def test_volume_on_the_head_but_not_on_two_workers(env, cli, mount, tmp_path):
@@ -91,7 +91,7 @@ def test_volume_on_the_head_but_not_on_two_workers(env, cli, mount, tmp_path):
     a, b = ips[0], ips[1]
     code, rep, err = check(cli, env.address, "--test-mount-path-for-node", f"{a}={local_dir}",
                            "--test-mount-path-for-node", f"{b}={tmp_path / 'nothing-here'}")
-    assert code == 1, err
+    assert code == 4, err
     by_ip = {n["node_ip"]: n for n in rep["nodes"]}
     assert by_ip[a]["test_fake_mount"] == str(local_dir) and by_ip[b]["test_fake_mount"].endswith("nothing-here")
     for ip, n in by_ip.items():
@@ -111,7 +111,7 @@ def test_resume_needs_the_checkpoint_tracker(env, cli, mount):
     prev = mount / "runs" / "q4-a"
     (prev / "checkpoints").mkdir(parents=True)
     code, rep, _ = check(cli, env.address, "--resume-from", str(prev))
-    assert code == 1
+    assert code == 4
     assert len(rep["missing"]) == 5
     assert all("latest_checkpointed_iteration.txt" in line and "start from scratch" in line for line in rep["missing"])
     (prev / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("40\n")
@@ -149,7 +149,7 @@ def doctor(cli, *args: str) -> tuple[int, dict, str]:
 def test_doctor_address_runs_the_data_checks(env, cli, mount):
     prepare(mount, megatron=False)
     code, rep, err = doctor(cli, "--address", env.address)
-    assert code == 1, err
+    assert code == 4, err
     f = {x["check"]: x for x in rep["findings"]}
     assert rep["backend"] == "address"
     assert f["ray_version"]["status"] == "ok"
@@ -170,7 +170,7 @@ def test_doctor_run_that_would_restart_from_scratch(env, cli, mount):
                            "--run", run, "-o", "json", *extra)
         assert code == 0, err
     code, rep, err = doctor(cli, "q4-b")
-    assert code == 1, err
+    assert code == 4, err
     assert rep["kind"] == "run" and rep["backend"] == "address"
     f = {x["check"]: x for x in rep["findings"]}
     assert f["resume"]["status"] == "ok"  # q4-b points at q4-a's output dir

@@ -53,7 +53,7 @@ def test_closed_port_names_the_unreachable_node(env, cli):
     victim = gpu_nodes(env.address)[1]
     code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "20",
                          "--inject-fault", f"closed-port:{victim['ip']}", "-o", "json")
-    assert code == 1
+    assert code == 4
     report = json.loads(out)
     assert report["ok"] is False
     bad = [n for n in report["nodes"] if n["status"] == "unreachable"]
@@ -67,7 +67,7 @@ def test_actor_that_never_starts_is_named_and_the_rest_still_ring(env, cli):
     victim = gpu_nodes(env.address)[2]
     code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "10",
                          "--inject-fault", f"no-start:{victim['ip']}")
-    assert code == 1
+    assert code == 4
     assert victim["ip"] in out and "actor did not start within 10s" in out and "comm check FAILED" in out
     assert out.count("PASS") == 3  # the three others formed a ring among themselves
 
