@@ -53,15 +53,15 @@ def canaries() -> dict:
         (inputs / "bad.yaml").write_text(json.dumps({"env": {"MODEL": CANARY_SK}}))
         (inputs / "bad2.yaml").write_text(json.dumps({"secret_env": {"HF_TOKEN": CANARY_HF}}))
         runs = [
-            ["render", "-f", "all", "--nodes", "2", "--image", IMAGE, "--ray-version", "2.60.0", "--out", "rendered"],
-            ["render", "-f", "kuberay", "--nodes", "4", "--image", IMAGE, "--ray-version", "2.60.0", "-o", "json"],
+            ["render", "-F", "all", "--nodes", "2", "--image", IMAGE, "--ray-version", "2.60.0", "--out", "rendered"],
+            ["render", "-F", "kuberay", "--nodes", "4", "--image", IMAGE, "--ray-version", "2.60.0", "-o", "json"],
             ["plan", "--nodes", "4", "-o", "json"],
             ["init", "starter.yaml"],
             ["submit", "--run", "c1", "--env", f"HF_TOKEN={CANARY_HF}", "--address", "http://127.0.0.1:9"],
             ["submit", "--run", "c2", "--env", f"X={CANARY_SK}", "--address", "http://127.0.0.1:9"],
             ["submit", "--run", "c3", "--extra-args", f"--note {CANARY_AWS_SECRET}", "--address", "http://127.0.0.1:9"],
             ["submit", "--run", "c4", "--rehearse", "--address", "http://127.0.0.1:9"],
-            ["render", "-f", "kuberay", "--image", f"{CANARY_HF}@sha256:{'3f' * 32}", "--ray-version", "2.60.0"],
+            ["render", "-F", "kuberay", "--image", f"{CANARY_HF}@sha256:{'3f' * 32}", "--ray-version", "2.60.0"],
             ["plan", "--recipe", CANARY_SK],
             ["plan", "-c", str(inputs / "bad.yaml")],
             ["plan", "-c", str(inputs / "bad2.yaml")],

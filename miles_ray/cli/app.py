@@ -1,49 +1,147 @@
-"""The miles-ray command line: parse, call the core and adapters, print. Heavy libraries (ray,
-polyaxon, kubernetes) are imported only inside the commands that need them."""
+"""The miles-ray command line: parse, call the services, print. Heavy libraries (ray, polyaxon,
+kubernetes) are imported only inside the commands that need them, and a verb's module only when that verb
+runs: `miles-ray --help` lists every verb from :data:`VERBS` without importing one."""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator, Mapping
 
 import typer
+from typer.core import TyperGroup
 
-from miles_ray.cli import (check_data, comm_check, compare, doctor, down, init, logs, plan, recipes, register, render,
-                           runs, scale, status, stop, submit, up)
-from miles_ray.core.errors import MilesRayError
+from miles_ray.core.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SERVICE, MilesRayError
+from miles_ray.core.secrets import redact
+
+# verb -> (module in miles_ray.cli, its command function or Typer group, the first paragraph of its help).
+# The order is the order of `miles-ray --help`; tests/unit/test_cli_consistency.py checks each summary
+# against the verb's own help.
+VERBS: dict[str, tuple[str, str, str]] = {
+    "plan": ("plan", "plan_cmd",
+             "Plan the trainer/rollout GPU split for a recipe on N nodes x G GPUs, with the exact Miles flags."),
+    "render": ("render", "render_cmd", "Render what 'up' would create, validated, without touching a cluster."),
+    "up": ("up", "up_cmd", "Create a Ray cluster and wait until every GPU worker has joined Ray."),
+    "submit": ("submit", "submit_cmd",
+               "Submit Miles (or a rehearsal) to an existing Ray head with MILES_SCRIPT_EXTERNAL_RAY=1."),
+    "scale": ("scale", "scale_cmd",
+              "Resize the GPU worker group, wait until Ray sees the change, and print the split for the new size."),
+    "status": ("status", "status_cmd",
+               "Show the cluster (nodes alive in Ray, GPUs per node) or, given RUN, that run's job."),
+    "logs": ("logs", "logs_cmd", "Print a run's job logs (from the Ray Jobs API)."),
+    "stop": ("stop", "stop_cmd", "Stop a run's Ray job."),
+    "runs": ("runs", "runs_app", "Run records: list them (the default), compare two."),
+    "down": ("down", "down_cmd", "Delete the cluster. Shared storage, PVCs and checkpoints are never touched."),
+    "check-data": ("check_data", "check_data_cmd",
+                   "Check on the head and EVERY GPU worker that the launcher's paths exist, are readable, and that "
+                   "the output storage is writable and shared (a token written on one node is read on the others)."),
+    "doctor": ("doctor", "doctor_cmd", "Diagnose a cluster or a run against the troubleshooting checklist."),
+    "comm-check": ("comm_check", "comm_check_cmd",
+                   "Run one all-reduce across all GPU worker nodes as a Ray job, before training."),
+    "register": ("register", "register_cmd",
+                 "Register checkpoint ITER of RUN as a model version in Polyaxon's model registry."),
+    "recipes": ("recipes", "recipes_cmd",
+                "List the recipes: parallel sizes, GPUs per rollout engine, batch sizes and directories."),
+    "init": ("init", "init_cmd",
+             "Write a commented starter configuration file (every key, its default and what it does)."),
+}
+
+def _exit_code_table() -> str:
+    """The exit-code table of miles_ray.core.errors, one row per code, kept as is by click's wrapping (\\b)."""
+    import textwrap
+
+    rows = [textwrap.fill(meaning, width=70, initial_indent=f"{code:>3}  ", subsequent_indent=" " * 5)
+            for code, meaning in EXIT_CODES.items()]
+    return "Exit codes ('miles-ray --debug VERB ...' also prints an error's traceback):\n\n\b\n" + "\n".join(rows)
+
+
+EPILOG = _exit_code_table()
+
+_loaded: dict[str, typer.core.TyperCommand | TyperGroup] = {}
+
+
+def verb_command(name: str):
+    """The click command of verb ``name``, importing its module on first use."""
+    if name not in _loaded:
+        module, attr, _ = VERBS[name]
+        obj = getattr(importlib.import_module(f"miles_ray.cli.{module}"), attr)
+        if not isinstance(obj, typer.Typer):
+            single = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+            single.command(name)(obj)
+            obj = single
+        command = typer.main.get_command(obj)
+        command.name = name
+        _loaded[name] = command
+    return _loaded[name]
+
+
+class _Verbs(Mapping):
+    """``group.commands`` for code that walks the app (tests, the fuzzer): every verb, loaded on access."""
+
+    def __getitem__(self, name: str):
+        if name not in VERBS:
+            raise KeyError(name)
+        return verb_command(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in VERBS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(VERBS)
+
+    def __len__(self) -> int:
+        return len(VERBS)
+
+
+class LazyVerbs(TyperGroup):
+    """The verbs, imported only when one runs. Listing them in the top-level help uses their summaries."""
+
+    _listing = False
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Verbs()
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(VERBS)
+
+    def get_command(self, ctx, cmd_name: str):
+        if cmd_name not in VERBS:
+            return None
+        if self._listing and cmd_name not in _loaded:
+            summary = VERBS[cmd_name][2]
+            return typer.core.TyperCommand(cmd_name, short_help=summary, help=summary)
+        return verb_command(cmd_name)
+
+    def format_help(self, ctx, formatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="miles-ray",
+    cls=LazyVerbs,
     help=(
         "Take Miles RL post-training from one 8-GPU node to many on Ray/KubeRay.\n\n"
-        "Start with 'plan' (is the trainer/rollout GPU split valid for the recipe?) and 'render' (the Polyaxon "
-        "raycluster operation or KubeRay RayCluster: one pinned image and the same mounts on head and workers). "
-        "'up' makes the cluster and waits until every GPU worker has joined Ray; 'submit' runs Miles on it with "
+        "Start with one single-node job ('render --single-node', 'up --single-node'), then 'plan' (is the "
+        "trainer/rollout GPU split valid for the recipe?) and 'render' (the Polyaxon raycluster operation or "
+        "KubeRay RayCluster: one pinned image and the same mounts on head and workers). 'up' makes the cluster "
+        "and waits until every GPU worker has joined Ray; 'submit' runs Miles on it with "
         "MILES_SCRIPT_EXTERNAL_RAY=1; 'scale', 'status', 'logs', 'stop', 'runs', 'down' do the rest. "
         "Try it with no cluster: 'miles-ray up --backend local --nodes 4', 'miles-ray submit --rehearse --nodes 2'."
     ),
+    epilog=EPILOG,
+    rich_markup_mode=None,  # plain help: '[default: X]' stays visible, paragraphs rewrap, no Rich import
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-app.command("plan")(plan.plan_cmd)
-app.command("up")(up.up_cmd)
-app.command("submit")(submit.submit_cmd)
-app.command("status")(status.status_cmd)
-app.command("scale")(scale.scale_cmd)
-app.command("logs")(logs.logs_cmd)
-app.command("stop")(stop.stop_cmd)
-app.add_typer(runs.runs_app, name="runs")
-runs.runs_app.command("compare")(compare.compare_cmd)
-app.command("check-data")(check_data.check_data_cmd)
-app.command("doctor")(doctor.doctor_cmd)
-app.command("comm-check")(comm_check.comm_check_cmd)
-app.command("register")(register.register_cmd)
-app.command("down")(down.down_cmd)
-app.command("render")(render.render_cmd)
-app.command("recipes")(recipes.recipes_cmd)
-app.command("init")(init.init_cmd)
+_debug = False
 
 
 def _version_callback(value: bool) -> None:
@@ -58,41 +156,57 @@ def _version_callback(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                  help="print the version and exit"),
+    debug: bool = typer.Option(False, "--debug", help="on an error, also print its Python traceback"),
 ) -> None:
-    pass
+    global _debug
+    _debug = debug
+
+
+def _fail(message: str, code: int) -> int:
+    """The one way an error leaves miles-ray: its traceback only under --debug, then one line."""
+    if _debug:
+        import traceback
+
+        traceback.print_exc()
+    print(f"error: {message}", file=sys.stderr)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: every failure becomes one line on stderr and an exit code, never a traceback."""
+    """Entry point, and the ONE place where outcomes become exit codes (the table in
+    :mod:`miles_ray.core.errors`, printed by `miles-ray --help`): every failure is one `error:` line on
+    stderr and its code, never a traceback unless --debug."""
+    global _debug
     try:  # Typer >= 0.22 vendors its own click
         from typer._click import exceptions as click
     except ImportError:  # pragma: no cover - older Typer on real click
         from click import exceptions as click  # type: ignore[no-redef]
 
+    _debug = False
     try:
         rv = app(args=argv, prog_name="miles-ray", standalone_mode=False)
-        return rv if isinstance(rv, int) else 0
+        return rv if isinstance(rv, int) else EXIT_OK
     except MilesRayError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+        return _fail(str(e), e.exit_code)
     except click.NoArgsIsHelpError as e:
         # 'miles-ray' or 'miles-ray <group>' alone prints help (exit 0 for the top level, like git)
         print(e.ctx.get_help() if e.ctx else "", file=sys.stdout)
-        return 0
+        return EXIT_OK
     except click.UsageError as e:
         cmd = e.ctx.command_path if e.ctx else "miles-ray"
-        print(f"error: {e.format_message()} (see '{cmd} --help')", file=sys.stderr)
-        return 2
+        return _fail(f"{e.format_message()} (see '{cmd} --help')", EXIT_BAD_INPUT)
     except typer.Exit as e:
         return e.exit_code
     except (typer.Abort, KeyboardInterrupt):
-        print("error: interrupted", file=sys.stderr)
-        return 130
+        return _fail("interrupted", EXIT_INTERRUPTED)
     except click.ClickException as e:
-        print(f"error: {e.format_message()}", file=sys.stderr)
-        return e.exit_code
+        return _fail(e.format_message(), EXIT_BAD_INPUT)
     except BrokenPipeError:
-        return 0
+        return EXIT_OK
+    except Exception as e:  # noqa: BLE001 - a bug or an unclassified failure: still one line, no traceback
+
+        return _fail(f"unexpected {type(e).__name__}: {redact(str(e))} (run 'miles-ray --debug ...' for the "
+                     "traceback and report it)", EXIT_SERVICE)
 
 
 def run() -> None:

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, RecipeFileOpt, RecipeOpt, config_flags, emit, out,
+                                  Output, OutputOpt, RecipeFileOpt, RecipeOpt, checks_failed, config_flags, emit, out,
                                   progress_display)
 from miles_ray.core.config import load_config
 from miles_ray.core.recipes import get_recipe
@@ -52,7 +52,7 @@ def check_data_cmd(
 
     Paths: <mount>/<models_dir>/<recipe HF dir> and <..._torch_dist>, the training and eval data, the output
     dir's parent; with --resume-from also <output dir>/checkpoints/latest_checkpointed_iteration.txt.
-    Every missing path on every node is reported at once. Exit 0 all present, 1 anything missing.
+    Every missing path on every node is reported at once. Exit 0 all present, 4 anything missing.
 
     Example:
 
@@ -61,9 +61,9 @@ def check_data_cmd(
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe=recipe, recipe_file=recipe_file), config)
     rec = get_recipe(cfg.recipe, cfg.recipe_file)
-    with progress_display("checking data", quiet=output is not Output.table) as p:
+    with progress_display("checking data") as p:
         rep = check_data_at(cfg, rec, address=address, backend=backend.value, resume_from=resume_from,
                             timeout=timeout, progress=p)
     emit(rep, output, lambda: report_table(rep))
     if not rep["ok"]:
-        raise typer.Exit(1)
+        checks_failed("check-data", max(1, len(rep["missing"])))

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, config_flags, emit, out, progress_display)
+                                  Output, OutputOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.config import load_config
 from miles_ray.services.commcheck import comm_check
 
@@ -36,7 +36,7 @@ def comm_check_cmd(
     node IP and the network interface owning it; then they all-reduce --size-mb: NCCL where torch has CUDA
     (the Miles image), gloo where torch has no GPU, else a plain-TCP ring (reported as
     'tcp (torch not installed)'). Prints pass/fail and ring bytes/second per node, and names any node that
-    could not be reached. Exit 0 when every node passed, 1 otherwise.
+    could not be reached. Exit 0 when every node passed, 4 otherwise.
 
     Examples:
 
@@ -46,7 +46,7 @@ def comm_check_cmd(
     """
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig),
                       config)
-    with progress_display("comm check", quiet=output is not Output.table) as p:
+    with progress_display("comm check") as p:
         result = comm_check(cfg, address=address, backend=backend.value, size_mb=size_mb, timeout=timeout,
                             progress=p)
 
@@ -70,4 +70,4 @@ def comm_check_cmd(
 
     emit(result, output, table)
     if not result.get("ok"):
-        raise typer.Exit(1)
+        checks_failed("comm-check", max(1, len(result.get("errors", []))))

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from enum import Enum
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 # Piped output (CI logs, files) gets a wide page instead of Rich's 80 columns, so tables stay readable.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
@@ -74,34 +77,150 @@ class Backend(str, Enum):
     kubernetes = "kubernetes"
 
 
-BackendOption = Annotated[Backend, typer.Option("--backend", "-b", help="auto: the local cluster of that name if one runs on this machine, else Kubernetes; local: the embedded Ray cluster; kubernetes: KubeRay/Polyaxon")]
-ContextOpt = Annotated[Optional[str], typer.Option("--context", help="kubeconfig context (like kubectl)", show_default=False)]
-KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", help="kubeconfig file (like kubectl)", show_default=False)]
+BACKEND_HELP = ("auto: the local cluster of that name if one runs on this machine, else Kubernetes; "
+                "local: the embedded Ray cluster on this machine; kubernetes: KubeRay (directly or through Polyaxon)")
+BackendOption = Annotated[Backend, typer.Option("--backend", "-b", help=BACKEND_HELP)]
+ContextOpt = Annotated[Optional[str], typer.Option("--context", help="kubeconfig context (like kubectl) [default: the current context]", show_default=False)]
+KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", help="kubeconfig file (like kubectl) [default: $KUBECONFIG or ~/.kube/config]", show_default=False)]
+# Run verbs (logs, stop, status RUN, runs, register, runs compare) find the namespace in the run's record;
+# there --namespace narrows which runs are meant, it never points a run at another cluster.
+RunNamespaceOpt = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Kubernetes namespace of the run's cluster: without RUN, the latest run in it; with RUN, checked against the run", show_default=False)]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="give up after this many seconds")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
 
 
-class progress_display:
-    """A live spinner on stderr (when it is a terminal) plus one line per step, so waits are never silent."""
+def confirm(question: str, refusal: str, hint: str = "pass -y/--yes") -> None:
+    """Ask ``question`` on the terminal; without one (CI, a pipe) refuse: one line, ``refusal`` and ``hint``.
+    Anything but y/yes cancels. Both refusals are bad input (exit 2) and change nothing."""
+    from miles_ray.core.errors import ConfigError
 
-    def __init__(self, title: str, quiet: bool = False) -> None:
+    if not sys.stdin.isatty():
+        raise ConfigError(refusal, hint=hint)
+    answer = input(f"{question} [y/N] ")
+    if answer.strip().lower() not in {"y", "yes"}:
+        raise ConfigError("cancelled; nothing changed")
+
+
+def run_namespace(record: dict[str, Any]) -> str | None:
+    """The Kubernetes namespace of a run's cluster (``k8s://NAMESPACE/NAME`` addresses), else None."""
+    address = record.get("address", "")
+    return address[len("k8s://"):].partition("/")[0] if address.startswith("k8s://") else None
+
+
+def pick_run(run: str | None, namespace: str | None = None) -> str:
+    """RUN as given (checked against --namespace), or the latest run (the latest in --namespace)."""
+    from miles_ray.adapters import state
+    from miles_ray.core.errors import ConfigError
+
+    if run:
+        if namespace is not None:
+            have = run_namespace(state.load_record(run))
+            if have != namespace:
+                raise ConfigError(f"run {run!r} is not on a cluster in namespace {namespace!r} "
+                                  f"({'namespace ' + repr(have) if have else 'not a Kubernetes run'})",
+                                  hint="drop --namespace, or name a run of that namespace ('miles-ray runs')")
+        return run
+    records = state.list_records()
+    if namespace is not None:
+        records = [r for r in records if run_namespace(r) == namespace]
+    if not records:
+        where = f" on a cluster in namespace {namespace!r}" if namespace is not None else ""
+        raise ConfigError(f"no runs yet{where}", hint="submit one with 'miles-ray submit'")
+    return records[-1]["run"]
+
+
+def job_state_exit(run: str, state: str) -> None:
+    """End a verb that reports a job (status RUN, logs -f, submit --follow) with the exit code of its
+    state, from the table in :mod:`miles_ray.core.errors`: SUCCEEDED returns (0); FAILED raises
+    JobFailed (3, one error line; Ray's own message is in the report); PENDING/RUNNING exit 5 and
+    STOPPED 6 (the state was already printed); any other state (UNKNOWN...) 1."""
+    from miles_ray.core.errors import EXIT_JOB_RUNNING, EXIT_JOB_STOPPED, EXIT_SERVICE, JobFailed
+
+    if state == "SUCCEEDED":
+        return
+    if state == "FAILED":
+        raise JobFailed(f"run {run}: the job FAILED", hint=f"read its logs with 'miles-ray logs {run}'")
+    codes = {"PENDING": EXIT_JOB_RUNNING, "RUNNING": EXIT_JOB_RUNNING, "STOPPED": EXIT_JOB_STOPPED}
+    raise typer.Exit(codes.get(state, EXIT_SERVICE))
+
+
+def checks_failed(what: str, problems: int) -> None:
+    """After a check printed its report: when it found problems, exit 4 (ChecksFailed) with one line."""
+    from miles_ray.core.errors import ChecksFailed
+
+    if problems:
+        raise ChecksFailed(f"{what} found {problems} problem(s), each listed in its report")
+
+
+def _seconds(s: float) -> str:
+    return f"{max(0, int(s))}s"
+
+
+class progress_display:
+    """Progress of one command, ALWAYS on stderr whatever ``-o`` is (stdout carries only the result).
+
+    Services feed it their progress messages; every line says the time spent and, for a bounded wait,
+    the time left: ``[12s, 588s left] 3/4 GPU workers joined Ray``. ``timeout`` is the command's bound
+    (its --timeout); a service that starts a wait with its own bound passes it as ``bound=`` and the time
+    left counts from then. On a terminal a spinner shows the latest line and ticks every second;
+    elsewhere (CI logs, pipes) the latest line is repeated every ``heartbeat`` seconds while nothing new
+    happens, so no wait is ever silent.
+    """
+
+    def __init__(self, title: str, timeout: float | None = None, heartbeat: float = 30.0) -> None:
         self.title = title
-        self.quiet = quiet
+        self.heartbeat = heartbeat
+        self._clock = time.monotonic
+        self._start = self._window = self._clock()
+        self._bound = timeout
+        self._last = title
+        self._quiet_since = self._start
         self._status = None
+        self._stop = None
+        self._thread = None
+
+    def stamp(self) -> str:
+        now = self._clock()
+        if self._bound is None:
+            return f"[{_seconds(now - self._start)}]"
+        return f"[{_seconds(now - self._start)}, {_seconds(self._bound - (now - self._window))} left]"
 
     def __enter__(self) -> "progress_display":
-        if not self.quiet and err.is_terminal:
-            self._status = err.status(self.title)
+        if err.is_terminal:
+            self._status = err.status(escape(f"{self.stamp()} {self.title}"))
             self._status.__enter__()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="miles-ray-progress", daemon=True)
+        self._thread.start()
+        self(self.title)
         return self
 
-    def __call__(self, message: str) -> None:
-        if self.quiet:
-            return
+    def __call__(self, message: str, bound: float | None = None) -> None:
+        if bound is not None:
+            self._bound, self._window = bound, self._clock()
+        self._last = message
+        self._quiet_since = self._clock()
+        err.print(f"[dim]{escape(self.stamp())}[/] {escape(message)}")
         if self._status is not None:
-            self._status.update(f"{self.title}: {message}")
-        err.print(f"[dim]·[/] {message}")
+            self._status.update(escape(f"{self.stamp()} {message}"))
+
+    def _tick(self) -> None:
+        while True:
+            if self._status is not None:  # a terminal: the spinner's clock ticks every second
+                if self._stop.wait(1.0):
+                    return
+                self._status.update(escape(f"{self.stamp()} {self._last}"))
+                continue
+            due = self._quiet_since + self.heartbeat - self._clock()
+            if due > 0:
+                if self._stop.wait(due):
+                    return
+                continue
+            self._quiet_since = self._clock()
+            err.print(f"[dim]{escape(self.stamp())}[/] still waiting: {escape(self._last)}")
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
         if self._status is not None:
             self._status.__exit__(None, None, None)

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from miles_ray.cli.common import Output, OutputOpt, emit, out
+from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, emit, out,
+                                  pick_run)
 from miles_ray.services.compare import compare
 
 
@@ -22,6 +23,9 @@ def _fmt(v) -> str:
 def compare_cmd(
     run_a: Annotated[str, typer.Argument(help="first run", show_default=False)],
     run_b: Annotated[str, typer.Argument(help="second run", show_default=False)],
+    namespace: RunNamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Compare two runs: recipe and its hash, split, image digest, Miles commit, model/dataset revisions,
@@ -34,7 +38,8 @@ def compare_cmd(
     """
     from rich.table import Table
 
-    result = compare(run_a, run_b)
+    result = compare(pick_run(run_a, namespace), pick_run(run_b, namespace), kube_context=context,
+                     kubeconfig=kubeconfig)
 
     def table() -> None:
         a, b = result["a"], result["b"]

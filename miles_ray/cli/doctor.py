@@ -1,4 +1,4 @@
-"""miles-ray doctor: the seed's troubleshooting list, automated (evidence and a fix for each finding)."""
+"""miles-ray doctor: the troubleshooting checklist, automated (evidence and a fix for each finding)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NamespaceOpt, Output,
-                                  OutputOpt, RecipeFileOpt, config_flags, emit, out, progress_display)
+                                  OutputOpt, RecipeFileOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.config import load_config
 from miles_ray.services.doctor import doctor
 
@@ -27,7 +27,7 @@ def findings_table(rep: dict) -> None:
 
 
 def doctor_cmd(
-    target: Annotated[Optional[str], typer.Argument(help="a cluster name or a run name (default: the configured cluster)", show_default=False)] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="CLUSTER|RUN", help="a cluster name or a run name (default: the configured cluster)", show_default=False)] = None,
     backend: BackendOption = Backend.auto,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard URL of a reachable head (e.g. a port-forward): adds the data, checkpoint and Ray-version checks", show_default=False)] = None,
     namespace: NamespaceOpt = None,
@@ -38,24 +38,23 @@ def doctor_cmd(
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Diagnose a cluster or a run against the seed's troubleshooting list.
+    """Diagnose a cluster or a run against the troubleshooting checklist.
 
     Pods Pending (can one node supply all their GPUs? taints, selectors, quotas), Ray/NCCL start-up (waiting
     reasons, /dev/shm, nvidia.com/gpu vs num-gpus, MILES_SCRIPT_EXTERNAL_RAY and the head address), missing
     model/data/checkpoints (check-data's checks, where a head is reachable), restarts from scratch (the run's
     output dir and checkpoint tracker), image and Ray version drift between the spec and the running pods.
-    Exit 0 when nothing is wrong, 1 when a problem was found. docs/troubleshooting.md lists every check.
+    Exit 0 when nothing is wrong, 4 when a problem was found. docs/troubleshooting.md lists every check.
 
     Examples:
 
+    \b
       miles-ray doctor miles --namespace ml
-
       miles-ray doctor q4-b --address http://127.0.0.1:8265
     """
     cfg = load_config(config_flags(namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe_file=recipe_file), config)
-    with progress_display("diagnosing", quiet=output is not Output.table) as p:
+    with progress_display(f"diagnosing {target or cfg.name}") as p:
         rep = doctor(cfg, target, backend.value, address, timeout=timeout, progress=p)
     emit(rep, output, lambda: findings_table(rep))
-    if rep["problems"]:
-        raise typer.Exit(1)
+    checks_failed("doctor", rep["problems"])

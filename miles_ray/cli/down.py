@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, NamespaceOpt, Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, YesOpt, config_flags,
-                                  emit, err)
-from miles_ray.core.errors import ConfigError
+from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
+                                  Output, OutputOpt, YesOpt, config_flags, confirm, emit, err, progress_display)
 from miles_ray.core.config import load_config
 from miles_ray.services import clusters
 
@@ -23,15 +22,12 @@ def down_cmd(
 
     Asks for confirmation unless --yes (the local backend, which only stops local processes, does not ask).
     """
-    import sys
 
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)
     if chosen != "local" and not yes:
-        if not sys.stdin.isatty():
-            raise ConfigError(f"refusing to delete cluster {cfg.name!r} without confirmation", hint="pass --yes")
-        answer = input(f"delete cluster {cfg.name!r} in namespace {cfg.namespace}? storage is kept [y/N] ")
-        if answer.strip().lower() not in {"y", "yes"}:
-            raise ConfigError("cancelled; nothing deleted")
-    result = clusters.down(cfg, chosen)
+        confirm(f"delete cluster {cfg.name!r} in namespace {cfg.namespace}? storage is kept",
+                refusal=f"refusing to delete cluster {cfg.name!r} without confirmation")
+    with progress_display(f"deleting cluster {cfg.name} ({chosen}); storage and checkpoints are kept"):
+        result = clusters.down(cfg, chosen)
     emit(result, output, lambda: err.print(f"cluster {cfg.name!r} is down ({chosen}); storage and checkpoints kept"))

@@ -7,21 +7,22 @@ from typing import Annotated
 
 import typer
 
-from miles_ray.cli.common import err
+from miles_ray.cli.common import Output, OutputOpt, emit, err
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.config import STARTER
 
 
 def init_cmd(
-    path: Annotated[Path, typer.Argument(help="where to write it")] = Path("miles-ray.yaml"),
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="where to write it")] = Path("miles-ray.yaml"),
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Write a commented starter configuration file (every key, its default and what it does)."""
     try:
         _write_starter(path, force, STARTER)
     except (OSError, ValueError) as e:  # a name too long, a NUL byte, a read-only directory...
         raise ConfigError(f"cannot write {str(path)[:200]!r}: {getattr(e, 'strerror', None) or e}") from None
-    err.print(f"wrote {path}; edit it, then run 'miles-ray plan'")
+    emit({"path": str(path), "written": True}, output, lambda: err.print(f"wrote {path}; edit it, then run 'miles-ray plan'"))
 
 
 def _write_starter(path: Path, force: bool, text: str) -> None:

@@ -7,26 +7,49 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.services.jobs import EXIT_CODES, latest_run, run_logs, run_status
+from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, emit, err,
+                                  job_state_exit, pick_run)
+from miles_ray.services.jobs import run_logs, run_status
+
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="stream until the job ends; the exit code tells its state")]
 
 
-def stream(run: str, follow: bool, quiet: bool = False) -> int:
-    """Print the logs; return the exit code for the job's final state."""
-    for chunk in run_logs(run, follow):
-        sys.stdout.write(chunk)
-        sys.stdout.flush()
-    state = run_status(run)["status"]
-    if not quiet:
-        print(f"run {run}: {state}", file=sys.stderr)
-    return EXIT_CODES.get(state, 1)
+def read_logs(run: str, follow: bool, output: Output, kube_context: str | None = None,
+              kubeconfig: str | None = None) -> tuple[str | None, str | None]:
+    """(logs, state). As a table the logs stream to stdout as they come (and are not returned); for json/yaml
+    they are returned whole. The state is read once the logs end, when following or for json/yaml; after
+    following it is also said on stderr."""
+    kube = {"kube_context": kube_context, "kubeconfig": kubeconfig}
+    text = None
+    if output is Output.table:
+        for chunk in run_logs(run, follow, **kube):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+    else:
+        text = "".join(run_logs(run, follow, **kube))
+    state = run_status(run, **kube)["status"] if follow or output is not Output.table else None
+    if follow:
+        err.print(f"run {run}: {state}")
+    return text, state
 
 
 def logs_cmd(
-    run: Annotated[Optional[str], typer.Argument(help="run name [default: the latest run]", show_default=False)] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream until the job ends; exit code tells its state")] = False,
+    run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="run name [default: the latest run]", show_default=False)] = None,
+    follow: FollowOpt = False,
+    namespace: RunNamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    output: OutputOpt = Output.table,
 ) -> None:
-    """Print a run's job logs (from the Ray Jobs API). With --follow, stream until the job ends and exit with
-    0 succeeded, 1 failed, 4 stopped. If the head goes away while following, say so and exit 1."""
-    code = stream(run or latest_run(), follow)
+    """Print a run's job logs (from the Ray Jobs API).
+
+    With --follow, stream until the job ends and exit with its state: 0 succeeded, 3 failed, 6 stopped.
+    If the head goes away while following, say so and exit 1. -o json/yaml prints one document (run,
+    status, logs) once the logs end.
+    """
+    name = pick_run(run, namespace)
+    text, state = read_logs(name, follow, output, context, kubeconfig)
+    if output is not Output.table:
+        emit({"run": name, "status": state, "logs": text}, output, lambda: None)
     if follow:
-        raise typer.Exit(code)
+        job_state_exit(name, state)

@@ -52,8 +52,8 @@ def plan_cmd(
 
     Examples:
 
+    \b
       miles-ray plan --recipe Qwen3-4B --nodes 4
-
       miles-ray plan --recipe Qwen3-4B --nodes 3 --layout disaggregated --rollout-nodes 1 -o json
     """
     cfg = load_config(config_flags(recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,

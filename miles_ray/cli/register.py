@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, out, progress_display
+from miles_ray.cli.common import (ConfigOpt, ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, emit, out,
+                                  pick_run, progress_display)
 from miles_ray.core.config import load_config
 from miles_ray.services.registry import polyaxon_target, register
 
@@ -19,7 +20,7 @@ class CheckVia(str, Enum):
 
 
 def register_cmd(
-    run: Annotated[str, typer.Argument(help="the run whose checkpoint to register", show_default=False)],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="the run whose checkpoint to register", show_default=False)],
     checkpoint: Annotated[int, typer.Option("--checkpoint", min=0, help="checkpoint iteration: <output_dir>/checkpoints/iter_<ITER:07d>", show_default=False)],
     version: Annotated[Optional[str], typer.Option("--version", help="model version name [default: RUN-iter-ITER]", show_default=False)] = None,
     hf_dir: Annotated[Optional[str], typer.Option("--hf-dir", help="the HF export to register with it [default: the run's --save-hf, if any]", show_default=False)] = None,
@@ -29,6 +30,9 @@ def register_cmd(
     force: Annotated[bool, typer.Option("--force", help="update the version if it already exists")] = False,
     polyaxon_host: Annotated[Optional[str], typer.Option("--polyaxon-host", help="Polyaxon API URL [default: config or $POLYAXON_HOST]", show_default=False)] = None,
     project: Annotated[Optional[str], typer.Option("--project", help="Polyaxon project [default: polyaxon_project]", show_default=False)] = None,
+    namespace: RunNamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -42,17 +46,19 @@ def register_cmd(
 
     Examples:
 
+    \b
       miles-ray register q4-a --checkpoint 40
-
       miles-ray register q4-a --checkpoint 40 --version qwen3-4b-rl-v1 --tag candidate -o json
     """
     flags = {k: v for k, v in {"polyaxon_host": polyaxon_host, "polyaxon_project": project}.items() if v}
     cfg = load_config(flags, config)
     host, owner, proj = polyaxon_target(cfg)
-    with progress_display("registering", quiet=output is not Output.table) as p:
+    run = pick_run(run, namespace)
+    with progress_display(f"registering run {run} checkpoint {checkpoint}") as p:
         result = register(run, checkpoint, version=version, hf_dir=hf_dir, tags=list(tag or []),
                           description=description, host=host, owner=owner, project=proj,
-                          check_via=check_via.value, force=force, progress=p)
+                          check_via=check_via.value, force=force, progress=p, kube_context=context,
+                          kubeconfig=kubeconfig)
 
     def table() -> None:
         out.print(f"model version [bold]{result['version']}[/] {'updated' if result['updated'] else 'registered'} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -30,6 +31,11 @@ class Format(str, Enum):
     polyaxon_cr = "polyaxon-cr"
     kuberay = "kuberay"
     all = "all"
+
+
+class DocOutput(str, Enum):
+    yaml = "yaml"
+    json = "json"
 
 
 def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], list[str], Any]:
@@ -67,7 +73,7 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
 
 
 def build_single_node_document(cfg) -> tuple[dict[str, Any], list[str]]:
-    """The seed's single-node Polyaxon job (the upstream launcher in one pod), validated by Polyaxon."""
+    """The single-node Polyaxon job to start with (the upstream launcher in one pod), validated by Polyaxon."""
     if not cfg.image:
         raise ConfigError("no image given", hint="pass --image repo[:tag]@sha256:<64 hex> or set 'image' in miles-ray.yaml")
     image, warnings = check_image(cfg.image, cfg.allow_unpinned)
@@ -110,8 +116,8 @@ def write_documents(docs: dict[str, dict[str, Any]], name: str, out_dir: Path) -
 
 
 def render_cmd(
-    format: Annotated[Format, typer.Option("--format", "-f", help="what to render")] = Format.polyaxon,
-    out: Annotated[Optional[Path], typer.Option("--out", help="write files into this directory instead of stdout", show_default=False)] = None,
+    format: Annotated[Format, typer.Option("--format", "-F", help="what to render")] = Format.polyaxon,
+    out: Annotated[Optional[Path], typer.Option("--out", help="write YAML files into this directory instead of stdout", show_default=False)] = None,
     name: NameOpt = None,
     namespace: NamespaceOpt = None,
     recipe: RecipeOpt = None,
@@ -125,18 +131,23 @@ def render_cmd(
     allow_unpinned: AllowUnpinnedOpt = None,
     recipe_file: RecipeFileOpt = None,
     config: ConfigOpt = None,
-    single_node: Annotated[bool, typer.Option("--single-node", help="the seed's first step: one Polyaxon job running the upstream Miles launcher in one pod (no KubeRay, no --ray-version)")] = False,
+    single_node: Annotated[bool, typer.Option("--single-node", help="start with one single-node job: one Polyaxon job running the upstream Miles launcher in one pod (no KubeRay, no --ray-version)")] = False,
+    output: Annotated[DocOutput, typer.Option("--output", "-o", help="the documents on stdout as YAML (one per '---') or JSON (one object, or a list); with --out, json lists the files written")] = DocOutput.yaml,
 ) -> None:
     """Render what 'up' would create, validated, without touching a cluster.
 
-    polyaxon: a Polyaxon operation (run.kind raycluster), checked with Polyaxon's own schema.
-    polyaxon-cr: the Kubernetes custom resource Polyaxon's agent would create from it (Polyaxon's converter).
-    kuberay: a plain KubeRay ray.io/v1 RayCluster, checked against the RayCluster CRD schema.
-    Head and workers come from one container spec: same image, env and mounts.
+    Head and workers come from one container spec: same image, env and mounts. -F (--format) is one of:
+
+    \b
+      polyaxon     a Polyaxon operation (run.kind raycluster), checked with Polyaxon's own schema
+      polyaxon-cr  the Kubernetes custom resource Polyaxon's agent would create from it (its converter)
+      kuberay      a plain KubeRay ray.io/v1 RayCluster, checked against the RayCluster CRD schema
+      all          the three
 
     Example:
 
-      miles-ray render -f all --nodes 4 --image radixark/miles:latest@sha256:<64 hex> --ray-version 2.60.0 --out manifests/
+    \b
+      miles-ray render -F all --nodes 4 --image radixark/miles:latest@sha256:<64 hex> --ray-version 2.60.0 --out manifests/
     """
     import yaml
 
@@ -146,8 +157,8 @@ def render_cmd(
                                    allow_unpinned=allow_unpinned, recipe_file=recipe_file), config)
     if single_node:
         if format is not Format.polyaxon:
-            raise ConfigError(f"--single-node renders a Polyaxon job only, not -f {format.value}",
-                              hint="drop -f (or use -f polyaxon) with --single-node")
+            raise ConfigError(f"--single-node renders a Polyaxon job only, not -F {format.value}",
+                              hint="drop -F (or use -F polyaxon) with --single-node")
         op, warnings = build_single_node_document(cfg)
         docs = {"single-node": op}
     else:
@@ -156,7 +167,14 @@ def render_cmd(
     for w in warnings:
         warn(w)
     if out is None:
-        sys.stdout.write(yaml.safe_dump_all([docs[k] for k in FILE_NAMES if k in docs], sort_keys=False))
+        ordered = [docs[k] for k in FILE_NAMES if k in docs]
+        if output is DocOutput.json:
+            sys.stdout.write(json.dumps(ordered[0] if len(ordered) == 1 else ordered, indent=2) + "\n")
+        else:
+            sys.stdout.write(yaml.safe_dump_all(ordered, sort_keys=False))
         return
-    for path in write_documents(docs, cfg.name, out):
+    written = write_documents(docs, cfg.name, out)
+    for path in written:
         err.print(f"wrote {path}")
+    if output is DocOutput.json:
+        sys.stdout.write(json.dumps({"written": [str(p) for p in written]}, indent=2) + "\n")

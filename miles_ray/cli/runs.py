@@ -2,35 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from miles_ray.cli.common import Output, OutputOpt, emit, out
 from miles_ray.adapters.state import list_records
+from miles_ray.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, emit, out, run_namespace
+from miles_ray.cli.compare import compare_cmd
 from miles_ray.services.jobs import live_status
 
-
-runs_app = typer.Typer(help="Run records: list them (the default), compare two.", invoke_without_command=True,
-                       no_args_is_help=False)
+runs_app = typer.Typer(invoke_without_command=True, no_args_is_help=False, rich_markup_mode=None, add_completion=False)
+runs_app.command("compare")(compare_cmd)
 
 
 @runs_app.callback()
 def runs_cmd(
     ctx: typer.Context,
     live: Annotated[bool, typer.Option("--live/--no-live", help="ask each run's head for its job state")] = True,
+    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="only the runs on clusters in this Kubernetes namespace", show_default=False)] = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """List run records (recipe, split, image digest, output dir) and, with --live, each job's state.
-    'miles-ray runs compare A B' compares two runs."""
+    """Run records: list them (the default), compare two.
+
+    Lists the run records (recipe, split, image digest, output dir) and, with --live, each job's state.
+    'miles-ray runs compare A B' compares two runs.
+    """
     if ctx.invoked_subcommand is not None:
         return
 
-    records = list_records()
+    records = [r for r in list_records() if namespace is None or run_namespace(r) == namespace]
     if live:
         for r in records:
-            r["status"] = live_status(r)
+            r["status"] = live_status(r, kube_context=context, kubeconfig=kubeconfig)
 
     def table() -> None:
         t = Table("run", "status", "recipe", "split", "mode", "cluster", "created", "output dir")

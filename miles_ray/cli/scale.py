@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, NamespaceOpt, Backend, BackendOption, ConfigOpt, NameOpt, Output, OutputOpt, TimeoutOpt,
-                                  config_flags, emit, err, progress_display)
+from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
+                                  Output, OutputOpt, TimeoutOpt, config_flags, emit, err, progress_display, warn)
 from miles_ray.cli.up import kube_status_table, nodes_table
 from miles_ray.cli.plan import resolve_plan
 from miles_ray.core.config import load_config
@@ -35,7 +35,8 @@ def scale_cmd(
     """
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)
-    with progress_display(f"scaling {cfg.name} to {nodes} GPU node(s)", quiet=output is not Output.table) as p:
+    with progress_display(f"scaling {cfg.name} to {nodes} GPU node(s)",
+                          timeout=timeout if chosen == "local" or wait else None) as p:
         kube = {} if chosen == "local" else {"wait": wait, "ray_check": ray_check}
         status = clusters.scale(cfg, chosen, nodes, progress=p, timeout=timeout, force=force, **kube)
     if nodes > 0:
@@ -47,4 +48,4 @@ def scale_cmd(
         if plan.feasible:
             err.print(f"split for {nodes} node(s) ({cfg.recipe}): {' '.join(plan.miles_args)}")
         else:
-            err.print(f"[yellow]warning:[/] {summary_line(plan)}")
+            warn(summary_line(plan))

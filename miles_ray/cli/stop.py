@@ -6,15 +6,29 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import Output, OutputOpt, emit, out
-from miles_ray.services.jobs import latest_run, run_stop
+from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, YesOpt, confirm, emit,
+                                  out, pick_run)
+from miles_ray.services.jobs import run_stop
 
 
 def stop_cmd(
-    run: Annotated[Optional[str], typer.Argument(help="run name [default: the latest run]", show_default=False)] = None,
+    run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="run name [default: the latest run, after asking]", show_default=False)] = None,
+    yes: YesOpt = False,
+    namespace: RunNamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Stop a run's Ray job. Its output dir and checkpoints stay; resume with 'submit --resume-from RUN'."""
-    result = run_stop(run or latest_run())
+    """Stop a run's Ray job.
+
+    Its output dir and checkpoints stay; resume with 'submit --resume-from RUN'. Without RUN it asks before
+    stopping the latest run (refusing when there is no terminal to ask on) unless -y.
+    """
+    name = pick_run(run, namespace)
+    if run is None and not yes:
+        confirm(f"stop run {name!r} (the latest run)?",
+                refusal=f"refusing to stop the latest run {name!r} without confirmation",
+                hint="name the run, or pass -y/--yes")
+    result = run_stop(name, kube_context=context, kubeconfig=kubeconfig)
     emit(result, output, lambda: out.print(
         f"run {result['run']}: " + ("stop requested" if result["stopped"] else "job had already ended")))

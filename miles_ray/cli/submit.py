@@ -9,10 +9,11 @@ from typing import Annotated, Optional
 import typer
 
 from miles_ray.adapters import state
-from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt,
-                                  NameOpt, NodesOpt, Output, OutputOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
-                                  RolloutGpusOpt, RolloutNodesOpt, config_flags, emit, err, out, progress_display)
-from miles_ray.cli.logs import stream
+from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
+                                  KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
+                                  RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, config_flags,
+                                  dump, emit, err, job_state_exit, out, progress_display)
+from miles_ray.cli.logs import read_logs
 from miles_ray.core.config import load_config
 from miles_ray.core.entrypoint import job_env
 from miles_ray.services import jobs
@@ -37,7 +38,7 @@ def submit_cmd(
     backend: BackendOption = Backend.auto,
     wait_for_nodes: Annotated[bool, typer.Option("--wait-for-nodes/--no-wait-for-nodes", help="wait (up to --timeout) until the GPU workers have joined Ray")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for nodes; the rehearsal's placement timeout")] = 120.0,
-    follow: Annotated[Optional[bool], typer.Option("--follow/--no-follow", help="stream the job's logs until it ends [default: on for --rehearse]", show_default=False)] = None,
+    follow: Annotated[Optional[bool], typer.Option("--follow/--no-follow", "-f", help="stream the job's logs until it ends; the exit code tells its state [default: on for --rehearse]", show_default=False)] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for the job (repeatable); no credentials", show_default=False)] = None,
     extra_args: Annotated[Optional[str], typer.Option("--extra-args", help="extra train.py flags, one shell-quoted string", show_default=False)] = None,
     num_rollout: Annotated[Optional[int], typer.Option("--num-rollout", min=1, help="override the recipe's rollout count", show_default=False)] = None,
@@ -51,6 +52,9 @@ def submit_cmd(
     ray_version: RayVersionOpt = None,
     allow_unpinned: AllowUnpinnedOpt = None,
     name: NameOpt = None,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
     recipe_file: RecipeFileOpt = None,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -60,22 +64,25 @@ def submit_cmd(
     Before anything runs: the split is planned and checked, and the live cluster (alive GPU nodes, GPUs
     per node, spare CPU) is compared with the plan; what is missing is reported with numbers. Every
     submit writes a run record (image digest, recipe hash, split, revisions, output dir). The job id is
-    derived from the run name, so re-submitting a run returns the existing job.
+    derived from the run name, so re-submitting a run returns the existing job. A head on Kubernetes is
+    reached through a port-forward (--context, --kubeconfig, --namespace). With --follow the exit code
+    is the job's: 0 succeeded, 3 failed, 6 stopped; -o json/yaml then prints one document with the logs.
 
     Examples:
 
+    \b
       miles-ray submit --rehearse --nodes 2
-
       miles-ray submit --run q4-try1 --nodes 4 --image radixark/miles@sha256:<64 hex>
-
       miles-ray submit --run q4-try2 --nodes 4 --resume-from q4-try1
     """
     cfg = load_config(config_flags(recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,
                                    rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
                                    ray_version=ray_version, allow_unpinned=allow_unpinned, name=name,
+                                   namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe_file=recipe_file), config)
     extra = shlex.split(extra_args) if extra_args else []
-    with progress_display("submitting", quiet=output is not Output.table) as p:
+    with progress_display(f"submitting run {run}" if run else "submitting",
+                          timeout=timeout if wait_for_nodes else None) as p:
         result = jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
                              backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env or [],
                              extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
@@ -84,13 +91,22 @@ def submit_cmd(
     if result.get("launcher"):
         _run_launcher(cfg, result)
         return
-    emit(result, output, lambda: out.print(
-        f"run {result['run']}: job {result['submission_id']} "
-        + ("submitted" if result.get("created", True) else "already exists (not submitted again)")
-        + f" on {result['address']} [{result.get('status')}]\n"
-        + f"output dir {result['output_dir']}; follow with 'miles-ray logs {result['run']} --follow'"))
-    if follow if follow is not None else rehearse:
-        raise typer.Exit(stream(result["run"], follow=True, quiet=output is not Output.table))
+
+    def summary() -> None:
+        out.print(f"run {result['run']}: job {result['submission_id']} "
+                  + ("submitted" if result.get("created", True) else "already exists (not submitted again)")
+                  + f" on {result['address']} [{result.get('status')}]\n"
+                  + f"output dir {result['output_dir']}; follow with 'miles-ray logs {result['run']} --follow'")
+
+    if not (follow if follow is not None else rehearse):
+        emit(result, output, summary)
+        return
+    if output is Output.table:
+        summary()
+    logs, final = read_logs(result["run"], True, output, context, kubeconfig)
+    if output is not Output.table:
+        dump({**result, "status": final, "logs": logs}, output)
+    job_state_exit(result["run"], final)
 
 
 def _run_launcher(cfg, result) -> None:

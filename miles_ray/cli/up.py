@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
+from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
                                   RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, TimeoutOpt,
-                                  config_flags, emit, err, out, progress_display)
+                                  config_flags, emit, err, out, progress_display, warn)
 from miles_ray.core.errors import ConfigError
 from miles_ray.cli.render import build_single_node_document
 from miles_ray.core.config import load_config
@@ -75,7 +75,7 @@ def up_cmd(
     nodes: NodesOpt = None,
     gpus_per_node: GpusOpt = None,
     name: NameOpt = None,
-    backend: Annotated[Backend, typer.Option("--backend", "-b", help="kubernetes: a KubeRay cluster (through Polyaxon or directly); local: the embedded Ray cluster on this machine")] = Backend.kubernetes,
+    backend: BackendOption = Backend.auto,
     via: Annotated[Via, typer.Option("--via", help="kubernetes: create a Polyaxon raycluster operation, or the KubeRay RayCluster directly")] = Via.polyaxon,
     dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: preflight only; server: also the API server's dry run of the create", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every GPU worker has joined Ray")] = True,
@@ -94,20 +94,22 @@ def up_cmd(
     timeout: TimeoutOpt = 600.0,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
-    single_node: Annotated[bool, typer.Option("--single-node", help="the seed's first step: create ONE Polyaxon job running the upstream Miles launcher in one pod (see 'render --single-node'); --wait waits until it runs")] = False,
+    single_node: Annotated[bool, typer.Option("--single-node", help="start with one single-node job: create ONE Polyaxon job running the upstream Miles launcher in one pod (see 'render --single-node'); --wait waits until it runs")] = False,
 ) -> None:
     """Create a Ray cluster and wait until every GPU worker has joined Ray.
 
     --backend local starts a REAL Ray cluster on this machine (a 0-GPU head plus N worker raylets that
     advertise fake GPUs, all on loopback) to rehearse splits before GPU hours are spent; 'down' stops
-    exactly the processes it started. Running 'up' again on a live cluster changes nothing.
+    exactly the processes it started. --backend kubernetes creates a KubeRay cluster, through Polyaxon
+    (--via polyaxon) or directly (--via kuberay). The default, --backend auto, is the local cluster of that
+    --name when one already runs on this machine (then nothing changes), else Kubernetes. Running 'up'
+    again on a live cluster changes nothing. Progress goes to stderr whatever -o is.
 
     Examples:
 
+    \b
       miles-ray up --backend local --nodes 4
-
       miles-ray up --nodes 4 --image radixark/miles:latest@sha256:<64 hex> --ray-version 2.60.0
-
       miles-ray up --single-node --image radixark/miles:latest@sha256:<64 hex>
     """
     cfg = load_config(config_flags(nodes=nodes, gpus_per_node=gpus_per_node, name=name, recipe=recipe, layout=layout,
@@ -118,29 +120,31 @@ def up_cmd(
         if backend is Backend.local or via is Via.kuberay:
             raise ConfigError("--single-node creates a Polyaxon job (the launcher starts Ray inside its pod)",
                               hint="drop --backend local / --via kuberay with --single-node")
-        with progress_display(f"creating single-node job {cfg.name}", quiet=output is not Output.table) as p:
+        with progress_display(f"creating single-node job {cfg.name}", timeout=timeout if wait else None) as p:
             op, warnings = build_single_node_document(cfg)
             result = up_single_node(cfg, op, warnings, dry_run.value if dry_run else None, wait, timeout, p)
         for w in result.get("warnings", []):
-            err.print(f"[yellow]warning:[/] {w}")
+            warn(w)
         emit(result, output, lambda: out.print(
             f"single-node job {cfg.name} " + ("validated (dry run, nothing created)" if result.get("dry_run") else
                                                f"created: Polyaxon run {result['polyaxon_uuid']} [{result['status']}]")
             + f" in {cfg.polyaxon_owner}/{cfg.polyaxon_project}"))
         return
+    chosen = clusters.pick_backend(backend.value, cfg)
     kube = {}
-    if backend is Backend.local:
+    if chosen == "local":
         if dry_run:
             raise ConfigError("--dry-run applies to --backend kubernetes", hint="'miles-ray plan' checks a split")
     else:
         kube = {"via": via.value, "dry_run": dry_run.value if dry_run else None, "wait": wait, "ray_check": ray_check}
-    with progress_display(f"starting {backend.value} cluster {cfg.name}", quiet=output is not Output.table) as p:
-        status = clusters.up(cfg, backend.value, progress=p, timeout=timeout, **kube)
+    bounded = chosen == "local" or (wait and not dry_run)
+    with progress_display(f"starting {chosen} cluster {cfg.name}", timeout=timeout if bounded else None) as p:
+        status = clusters.up(cfg, chosen, progress=p, timeout=timeout, **kube)
     if status.get("already_running"):
         err.print(f"cluster {cfg.name!r} is already running; nothing changed (use 'miles-ray scale' to resize)")
     for w in status.get("warnings", []):
-        err.print(f"[yellow]warning:[/] {w}")
-    if backend is Backend.local:
+        warn(w)
+    if chosen == "local":
         emit(status, output, lambda: nodes_table(status))
     else:
         emit(status, output, lambda: kube_summary(status))

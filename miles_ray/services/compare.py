@@ -13,7 +13,8 @@ from miles_ray.core.errors import ClusterError, ConfigError
 from miles_ray.core.metrics import compare_runs, parse_metrics
 
 
-def run_metrics(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def run_metrics(record: dict[str, Any], kube_context: str | None = None,
+                kubeconfig: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """(parsed metrics, None) from the run's job log, or (None, why not)."""
     if record.get("mode") == "rehearse":
         return None, "a rehearsal run (no training, no metrics)"
@@ -21,19 +22,19 @@ def run_metrics(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | No
         return None, ("a launcher-mode run: the upstream launcher submits its own Ray job, which miles-ray "
                       "does not track")
     try:
-        with open_head(record["address"], kube_context=record.get("kube_context"),
-                       kubeconfig=record.get("kubeconfig")) as url:
+        with open_head(record["address"], kube_context=kube_context or record.get("kube_context"),
+                       kubeconfig=kubeconfig or record.get("kubeconfig")) as url:
             text = ray_jobs.logs(url, record["submission_id"])
     except ClusterError as e:
         return None, f"no job log ({e.message})"
     return parse_metrics(text or ""), None
 
 
-def compare(run_a: str, run_b: str) -> dict[str, Any]:
+def compare(run_a: str, run_b: str, kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
     if run_a == run_b:
         raise ConfigError(f"compare needs two different runs (got {run_a!r} twice)")
     rec_a, rec_b = state.load_record(run_a), state.load_record(run_b)
-    logs_a, err_a = run_metrics(rec_a)
-    logs_b, err_b = run_metrics(rec_b)
+    logs_a, err_a = run_metrics(rec_a, kube_context, kubeconfig)
+    logs_b, err_b = run_metrics(rec_b, kube_context, kubeconfig)
     errors = {r: e for r, e in ((run_a, err_a), (run_b, err_b)) if e}
     return compare_runs(rec_a, rec_b, logs_a, logs_b, errors)

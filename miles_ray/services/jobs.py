@@ -26,11 +26,8 @@ from miles_ray.services.probes import launchers_dir, payload_python
 
 Progress = Callable[[str], None] | None
 
-# Job states -> exit codes of 'status RUN' / 'logs --follow' / 'submit --follow'
-EXIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "PENDING": 3, "RUNNING": 3, "STOPPED": 4}
-
 # parse_env (the --env rules submit applies) is part of this service's surface, with the job commands below.
-__all__ = ["EXIT_CODES", "exec_launcher", "job_or_none", "latest_run", "launcher_as_polyaxon_job", "live_status",
+__all__ = ["exec_launcher", "job_or_none", "latest_run", "launcher_as_polyaxon_job", "live_status",
            "parse_env", "run_logs", "run_status", "run_stop", "submit"]
 
 
@@ -169,10 +166,10 @@ def _open_run_head(rec: dict[str, Any], kube_context: str | None, kubeconfig: st
                      kubeconfig=kubeconfig or rec.get("kubeconfig"))
 
 
-def live_status(record: dict[str, Any]) -> str:
+def live_status(record: dict[str, Any], kube_context: str | None = None, kubeconfig: str | None = None) -> str:
     """The run's job state, ``UNREACHABLE`` when its head does not answer, ``UNKNOWN`` when it has no such job."""
     try:
-        with _open_run_head(record, None, None) as url:
+        with _open_run_head(record, kube_context, kubeconfig) as url:
             job = job_or_none(url, record["submission_id"])
     except ClusterError:
         return "UNREACHABLE"

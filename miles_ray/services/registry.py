@@ -81,12 +81,14 @@ def list_checkpoints_local(output_dir: str, extra: list[str]) -> dict[str, Any]:
     return out
 
 
-def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120) -> dict[str, Any]:
-    """List ``<output_dir>/checkpoints`` through a probe job on the run's head (see module doc)."""
+def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120,
+                                kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
+    """List ``<output_dir>/checkpoints`` through a probe job on the run's head (see module doc);
+    ``kube_context``/``kubeconfig`` override what the record kept."""
     probe = checkpoint_list_probe(record, extra, probe_token(), timeout)
     try:
-        with open_head(record["address"], kube_context=record.get("kube_context"),
-                       kubeconfig=record.get("kubeconfig")) as url:
+        with open_head(record["address"], kube_context=kube_context or record.get("kube_context"),
+                       kubeconfig=kubeconfig or record.get("kubeconfig")) as url:
             # the head's own address (not a port-forward's 127.0.0.1) tells which python runs the payload
             return run_probe(url, probe, payload_python(record["address"]))["result"]
     except ClusterError as e:
@@ -113,7 +115,8 @@ def _check_request(run: str, iteration: int, version: str | None, tags: list[str
 
 def register(run: str, iteration: int, *, version: str | None, hf_dir: str | None, tags: list[str],
              description: str | None, host: str | None, owner: str, project: str, check_via: str = "auto",
-             force: bool = False, progress: Progress = None) -> dict[str, Any]:
+             force: bool = False, progress: Progress = None, kube_context: str | None = None,
+             kubeconfig: str | None = None) -> dict[str, Any]:
     version = _check_request(run, iteration, version, tags, host)
     record = state.load_record(run)
     api = PolyaxonApi(host)
@@ -127,7 +130,7 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
         progress(f"looking for {ckpt} ({'on this machine' if via == 'local' else 'through a Ray job on ' + record['address']})")
     extra = [hf] if hf else []
     listing = list_checkpoints_local(record["output_dir"], extra) if via == "local" else \
-        list_checkpoints_on_cluster(record, extra)
+        list_checkpoints_on_cluster(record, extra, kube_context=kube_context, kubeconfig=kubeconfig)
     iterations = sorted(listing.get("iterations") or [])
     if iteration not in iterations:
         have = ", ".join(str(i) for i in iterations) if iterations else "none"

@@ -73,7 +73,7 @@ def test_pending_pod_whose_gpus_no_node_has(kube_env, cli, core_v1, custom_objec
 
     [pod] = wait_for("the 16-GPU pod to be unschedulable", big_pod_unschedulable, timeout=90)
     code, rep, err = doctor(cli, namespace)
-    assert code == 1
+    assert code == 4
     p = by_check(rep)["pods_pending"]
     assert p["status"] == "problem" and pod.metadata.name in p["summary"]
     ev = "\n".join(p["evidence"])
@@ -85,7 +85,7 @@ def test_pending_pod_whose_gpus_no_node_has(kube_env, cli, core_v1, custom_objec
     assert p["checklist"] == "The pod stays Pending"
     # the table form shows the same, with evidence and the fix
     code, out, _ = cli("doctor", "miles-e2e", "--backend", "kubernetes", *kube_args(namespace)[:2])
-    assert code == 1 and "pods_pending" in out and "fix:" in out and "largest has 8" in out
+    assert code == 4 and "pods_pending" in out and "fix:" in out and "largest has 8" in out
 
 
 class OperatorLog:
@@ -127,7 +127,7 @@ def test_image_drift_after_patching_the_worker_image(kube_env, cli, core_v1, cus
     workers = core_v1.list_namespaced_pod(namespace, label_selector="ray.io/cluster=miles-e2e,ray.io/node-type=worker").items
     assert {p.metadata.name for p in workers} == before  # KubeRay did not recreate the running pods
     code, rep, err = doctor(cli, namespace)
-    assert code == 1
+    assert code == 4
     d = by_check(rep)["image_drift"]
     assert d["status"] == "problem"
     for p in workers:

@@ -236,7 +236,7 @@ def test_agent_creates_the_polyaxon_cluster_resource(px_stack, submitted):
 
 
 def test_agent_resource_equals_the_offline_conversion(px_stack, submitted):
-    """`render -f polyaxon-cr` (polyaxon_spec.to_custom_resource) predicts what the real agent
+    """`render -F polyaxon-cr` (polyaxon_spec.to_custom_resource) predicts what the real agent
     creates, up to three known differences: the API host in the Polyaxon containers' env, an empty
     notifications list, and pod-template metadata, which the published CRD (template.metadata is
     `type: object` with no fields) makes the apiserver PRUNE."""

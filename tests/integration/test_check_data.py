@@ -7,6 +7,7 @@ namespace, where the volume is an empty local directory or absent -- the product
 
 from __future__ import annotations
 
+from miles_ray.core.errors import EXIT_CHECKS_FAILED
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tests.infra.faulty_nodes import NodeSpec, extra_nodes
 
 pytestmark = pytest.mark.ray
 
-PROBLEMS_FOUND = 1  # the exit code of check-data and doctor when the checks found problems
+PROBLEMS_FOUND = EXIT_CHECKS_FAILED  # checks found problems (the report is printed first)
 
 
 def prepare(mount: Path, *, eval_data: bool = True, megatron: bool = True) -> None:

@@ -8,6 +8,7 @@ processes, so on that node the comm check's listener never listens, or its actor
 
 from __future__ import annotations
 
+from miles_ray.core.errors import EXIT_CHECKS_FAILED
 import json
 import time
 
@@ -18,7 +19,7 @@ from tests.infra.faulty_nodes import NodeSpec, comm_fault_env, extra_nodes
 
 pytestmark = pytest.mark.ray
 
-CHECK_FAILED = 1  # the exit code of comm-check when a node failed
+CHECK_FAILED = EXIT_CHECKS_FAILED  # checks found problems (the report is printed first)
 
 
 def gpu_nodes(address: str) -> list[dict]:

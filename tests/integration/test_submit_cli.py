@@ -166,14 +166,14 @@ def test_stop_and_status_exit_codes(env, cli, miles_root, tmp_path):
     code, _, err = submit(cli, env.address, "--run", "sleepy", "--nodes", "1", "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=300")
     assert code == 0, err
     code, out, _ = cli("status", "sleepy", "-o", "json")
-    assert code == 3 and json.loads(out)["status"] in {"PENDING", "RUNNING"}
+    assert code == 5 and json.loads(out)["status"] in {"PENDING", "RUNNING"}
     code, out, _ = cli("stop", "sleepy", "-o", "json")
     assert code == 0 and json.loads(out)["stopped"] is True
     from miles_ray.adapters.ray_jobs import wait
 
     wait(env.address, "miles-ray-miles-test-sleepy", timeout=60)
     code, _, _ = cli("status", "sleepy")
-    assert code == 4
+    assert code == 6
 
 
 def test_no_reachable_head(env, cli):
@@ -243,3 +243,26 @@ def test_submit_with_data_preflight_refuses_missing_data(env, cli, miles_root, t
     assert "data preflight failed" in err and "Qwen3-4B" in err
     code, out, _ = cli("runs", "-o", "json", "--no-live")
     assert json.loads(out) == []
+
+
+def test_a_failed_job_exits_3_everywhere_and_json_is_one_document(env, cli, miles_root, tmp_path):
+    """The stand-in train.py exits 7, so the job FAILS: submit --follow, logs --follow and status RUN all exit 3
+    (one exit-code table); with -o json each prints ONE document (the job's final state and its logs) while
+    progress stays on stderr."""
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
+    code, out, err = submit(cli, env.address, "--run", "fails", "--nodes", "1", "--env", "MILES_RAY_FAKE_TRAIN_EXIT=7",
+                            "--follow", "-o", "json")
+    assert code == 3, err
+    doc = json.loads(out)
+    assert (doc["run"], doc["status"], doc["submission_id"]) == ("fails", "FAILED", "miles-ray-miles-test-fails")
+    assert "FAKE_TRAIN " in doc["logs"]
+    lines = err.splitlines()
+    assert lines[0] == "[0s] submitting run fails" and "run fails: FAILED" in lines
+    assert [ln for ln in lines if ln.startswith("error:")] == [
+        "error: run fails: the job FAILED (read its logs with 'miles-ray logs fails')"]
+    code, out, _ = cli("status", "fails", "-o", "json")
+    assert code == 3 and json.loads(out)["status"] == "FAILED"
+    code, out, _ = cli("logs", "fails", "-f", "-o", "json")
+    assert code == 3 and json.loads(out)["status"] == "FAILED" and "FAKE_TRAIN " in json.loads(out)["logs"]
+    code, out, _ = cli("logs", "fails")  # without --follow: the logs as they are, exit 0
+    assert code == 0 and "FAKE_TRAIN " in out

@@ -10,7 +10,7 @@ Outcome of one example, counted in ``Tally``:
   ok            exit 0
   refused       exit 2 with exactly one 'error:' line on stderr
   unreachable   exit 1 naming an unreachable/missing service (counted separately, allowed)
-  diagnosis     exit 1 from a diagnostic verb ('doctor') whose report lists the problems it found (allowed)
+  diagnosis     exit 4 from a diagnostic verb ('doctor') whose report lists the problems it found (allowed)
   bad_exit      any other exit code, exit 1 that is not about a service, or a refusal that is not one line
   traceback     an exception escaped main(), or 'Traceback' appeared in the output (must be 0)
 """
@@ -177,7 +177,7 @@ def classify(code: int | None, out: str, err: str, exc: BaseException | None) ->
         return "refused" if len(lines) == 1 else "bad_exit"
     if code == 1 and len(lines) == 1 and UNREACHABLE.search(lines[0]):
         return "unreachable"
-    if code == 1 and not lines and re.search(r"^\d+ problem\(s\)", out, re.M):
+    if code == 4 and len(lines) == 1 and re.search(r"^\d+ problem\(s\)", out, re.M):
         return "diagnosis"
     return "bad_exit"
 
@@ -238,7 +238,7 @@ recipe_doc = st.one_of(
 def file_argv(draw_cmd: str, path: str, which: str) -> list[str]:
     flag = "--config" if which == "config" else "--recipe-file"
     if draw_cmd == "render":
-        return ["render", flag, path, "-f", "kuberay", "--image", "radixark/miles:latest@sha256:" + "3f" * 32,
+        return ["render", flag, path, "-F", "kuberay", "--image", "radixark/miles:latest@sha256:" + "3f" * 32,
                 "--ray-version", "2.60.0"]
     return ["plan", flag, path, "-o", "json"]
 

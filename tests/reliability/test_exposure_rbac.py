@@ -26,7 +26,7 @@ RAY = "2.60.0"
 
 
 def test_rendered_documents_never_expose_the_dashboard(cli, clean_env):
-    code, _, err = cli("render", "-f", "all", "--nodes", "2", "--image", IMAGE, "--ray-version", RAY, "--out", "out")
+    code, _, err = cli("render", "-F", "all", "--nodes", "2", "--image", IMAGE, "--ray-version", RAY, "--out", "out")
     assert code == 0, err
     files = sorted((clean_env / "out").iterdir())
     assert files

@@ -67,7 +67,7 @@ def test_env_flag_refuses_secret_names_and_values_without_echoing_them(item):
 @pytest.mark.parametrize("env", [{"HF_TOKEN": "x"}, {"MODEL_HOME": CANARY_HF}, {"A": CANARY_AWS_SECRET}])
 def test_config_env_refuses_secrets_and_points_to_secret_env(cli, clean_env, env):
     (clean_env / "c.yaml").write_text(json.dumps({"env": env}))
-    code, out, err = cli("render", "-c", "c.yaml", "-f", "kuberay", "--image", IMAGE, "--ray-version", "2.60.0")
+    code, out, err = cli("render", "-c", "c.yaml", "-F", "kuberay", "--image", IMAGE, "--ray-version", "2.60.0")
     assert code == 2 and "secret_env" in err and err.count("\n") == 1
     for v in env.values():
         if len(v) > 3:
@@ -195,7 +195,7 @@ def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects,
     run("env-value", "submit", "--run", "leak2", "--address", local_ray.address, "--env", f"X={CANARY_SK}", expect=(2,))
     run("extra", "submit", "--run", "leak3", "--address", local_ray.address, "--extra-args",
         f"--wandb-key {CANARY_WANDB}", expect=(2,))
-    run("image", "render", "-f", "kuberay", "--image", f"{CANARY_HF}@sha256:{'3f' * 32}", "--ray-version",
+    run("image", "render", "-F", "kuberay", "--image", f"{CANARY_HF}@sha256:{'3f' * 32}", "--ray-version",
         "2.60.0", expect=(2,))  # a token pasted into the wrong flag: the error line must not echo it
     inputs = tmp_path / "inputs"  # the attempted leaks themselves live outside what is scanned
     inputs.mkdir()
@@ -205,7 +205,7 @@ def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects,
     run("cfg-env2", "plan", "-c", str(inputs / "bad2.yaml"), expect=(2,))
 
     # the real path
-    run("render", "render", "-f", "all", "--nodes", "2", "--image", IMAGE, "--ray-version", "2.60.0", "--out",
+    run("render", "render", "-F", "all", "--nodes", "2", "--image", IMAGE, "--ray-version", "2.60.0", "--out",
         str(work / "rendered"))
     run("up", "up", "--via", "kuberay", "--nodes", "2", "--image", IMAGE, "--ray-version", "2.60.0", "--no-ray-check",
         "--timeout", "120", "--namespace", namespace, "--name", "canary")
@@ -214,7 +214,7 @@ def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects,
         "--timeout", "60", "--no-follow", "-o", "json")
     job = ray_jobs.wait(local_ray.address, json.loads(captured["submit.stdout"])["submission_id"], timeout=120)
     run("runs", "runs", "-o", "json")
-    run("status-run", "status", "canary-run", "-o", "json", expect=(0, 1, 3))
+    run("status-run", "status", "canary-run", "-o", "json", expect=(0, 3, 5))
     run("logs", "logs", "canary-run")
 
     blobs: dict[str, str] = dict(captured)

@@ -88,7 +88,7 @@ def test_bad_config_file_and_recipe_file(cli, clean_env) -> None:
 
 def test_render_all_to_dir(cli, clean_env) -> None:
     out_dir = clean_env / "out"
-    code, out, err = cli("render", "-f", "all", "--nodes", "4", "--image", IMAGE, "--ray-version", "2.60.0",
+    code, out, err = cli("render", "-F", "all", "--nodes", "4", "--image", IMAGE, "--ray-version", "2.60.0",
                          "--name", "miles-q4", "--out", str(out_dir))
     assert code == 0, err
     names = sorted(p.name for p in out_dir.iterdir())
@@ -100,7 +100,7 @@ def test_render_all_to_dir(cli, clean_env) -> None:
 
 
 def test_render_stdout_and_unpinned_warning(cli, clean_env) -> None:
-    code, out, err = cli("render", "-f", "kuberay", "--image", "radixark/miles:latest", "--allow-unpinned",
+    code, out, err = cli("render", "-F", "kuberay", "--image", "radixark/miles:latest", "--allow-unpinned",
                          "--ray-version", "2.60.0")
     assert code == 0
     assert "warning" in err and "not pinned" in err

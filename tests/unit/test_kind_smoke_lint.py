@@ -268,7 +268,7 @@ def test_smoke_config_is_valid_and_fits_a_4_vcpu_runner(smoke, smoke_vars, cli, 
         code, out, err = cli("plan", "--nodes", str(nodes), "-G", str(g), "-c", str(cfg_file), "-o", "json")
         assert code == 0, f"plan --nodes {nodes}: {out}{err}"
     image = f"{smoke_vars['RAY_IMAGE_TAG']}@{DIGEST}"
-    code, out, err = cli("render", "-f", "kuberay", "--nodes", "2", "--image", image,
+    code, out, err = cli("render", "-F", "kuberay", "--nodes", "2", "--image", image,
                          "--ray-version", smoke_vars["RAY_VERSION"], "-c", str(cfg_file))
     assert code == 0, err
     rc = yaml.safe_load(out)

@@ -18,7 +18,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_examples_are_current(cli, clean_env, name: str) -> None:
     out_dir = clean_env / "m"
-    code, _, err = cli("render", "-f", "all", *CASES[name], "--name", name, "--image", IMG, "--ray-version", "2.60.0",
+    code, _, err = cli("render", "-F", "all", *CASES[name], "--name", name, "--image", IMG, "--ray-version", "2.60.0",
                        "--out", str(out_dir))
     assert code == 0, err
     for fresh in sorted(out_dir.iterdir()):

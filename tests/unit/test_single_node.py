@@ -93,7 +93,7 @@ def test_preset_owns_cpu_and_memory(cli, clean_env):
 @pytest.mark.parametrize("args, message", [
     (["--image", IMAGE, "--nodes", "2"], "one pod, not 2 nodes"),
     (["--image", IMAGE, "--recipe", "Qwen3-235B-A22B"], "scripts/run_qwen3_235b_a22b.py"),
-    (["--image", IMAGE, "-f", "kuberay"], "Polyaxon job only"),
+    (["--image", IMAGE, "-F", "kuberay"], "Polyaxon job only"),
     (["--image", "radixark/miles:latest"], "not pinned by digest"),
     ([], "no image"),
 ])
