@@ -71,7 +71,6 @@ DEFAULT_ARTIFACTS_STORE: dict = {
     "schema": {"volumeClaim": "polyaxon-artifacts", "mountPath": "/artifacts"},
 }
 #: Where the search tool's fetch lays out the polyaxon/charts repository on this workplace.
-DEFAULT_CHARTS_GIT = Path("/work/.mirror/polyaxon+charts/repo")
 
 
 class StackUnavailable(RuntimeError):
@@ -124,7 +123,7 @@ def crd_cache_dir(v: dict[str, str] | None = None) -> Path:
 
 def charts_git_dir() -> Path | None:
     env = os.environ.get("MILESRAY_TEST_POLYAXON_CHARTS_GIT")
-    for cand in ([Path(env)] if env else []) + [DEFAULT_CHARTS_GIT]:
+    for cand in ([Path(env)] if env else []):
         if cand.is_dir():
             return cand
     return None
@@ -132,7 +131,7 @@ def charts_git_dir() -> Path | None:
 
 def ensure_crds(log: Callable[[str], None] = log_stderr) -> list[Path]:
     """The pinned Polyaxon CRD files, from the cache or extracted once from a polyaxon/charts git
-    repository (``$MILESRAY_TEST_POLYAXON_CHARTS_GIT``, default the workplace's fetched copy)."""
+    repository (``$MILESRAY_TEST_POLYAXON_CHARTS_GIT``; the vendored tarball is used otherwise)."""
     v = read_versions()
     names = v["POLYAXON_CRDS"].split()
     out_dir = crd_cache_dir(v)

@@ -2,7 +2,7 @@
 # Install the linters the unit tier runs (tests/unit/test_kind_smoke_lint.py), once:
 #   - ShellCheck from its Debian package (apt-get), unless one is already on PATH;
 #   - actionlint built from its Go module into the versioned cache
-#     ${MILES_RAY_CACHE:-$HOME/.cache/miles-ray}/bin/actionlint-<version>, unless it is there.
+#     ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/bin/actionlint-<version>, unless it is there.
 # Quiet and quick when both are present (nothing is downloaded or built). A tool that cannot be had is named
 # on stderr; the exit status is then 1 under MILESRAY_TEST_STRICT=1 (the lint tests would fail anyway), else 0
 # (the lint tests skip, saying why).
@@ -11,7 +11,7 @@ set -euo pipefail
 ACTIONLINT_MODULE=github.com/rhysd/actionlint/cmd/actionlint
 ACTIONLINT_VERSION=v1.7.12
 
-CACHE="${MILES_RAY_CACHE:-${HOME}/.cache/miles-ray}"
+CACHE="${MILESRAY_TEST_CACHE:-${HOME}/.cache/miles-ray}"
 BIN="${CACHE}/bin"
 ACTIONLINT="${BIN}/actionlint-${ACTIONLINT_VERSION}"
 missing=()

@@ -72,8 +72,8 @@ def api_error(e: BaseException, action: str) -> ClusterError:
             pass
         if e.status == 403:
             return from_http_status(403, f"forbidden: {action}: {reason}",
-                                    "your identity lacks this permission; see manifests/rbac.yaml for what "
-                                    "miles-ray needs")
+                                    "your identity lacks this permission; manifests/rbac.yaml lists every permission "
+                                    "that miles-ray asks for")
         if e.status == 401:
             return from_http_status(401, f"unauthorized: {action}: the cluster rejected the credentials in the "
                                          "kubeconfig")

@@ -13,6 +13,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from miles_ray.adapters import state as records
+from miles_ray.core.errors import (EXIT_JOB_RUNNING, EXIT_JOB_STOPPED, EXIT_SERVICE, ChecksFailed, ConfigError,
+                                   JobFailed)
+
 # Piped output (CI logs, files) gets a wide page instead of Rich's 80 columns, so tables stay readable.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -92,8 +96,6 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confir
 def confirm(question: str, refusal: str, hint: str = "pass -y/--yes") -> None:
     """Ask ``question`` on the terminal; without one (CI, a pipe) refuse: one line, ``refusal`` and ``hint``.
     Anything but y/yes cancels. Both refusals are bad input (exit 2) and change nothing."""
-    from miles_ray.core.errors import ConfigError
-
     if not sys.stdin.isatty():
         raise ConfigError(refusal, hint=hint)
     answer = input(f"{question} [y/N] ")
@@ -109,24 +111,21 @@ def run_namespace(record: dict[str, Any]) -> str | None:
 
 def pick_run(run: str | None, namespace: str | None = None) -> str:
     """RUN as given (checked against --namespace), or the latest run (the latest in --namespace)."""
-    from miles_ray.adapters import state
-    from miles_ray.core.errors import ConfigError
-
     if run:
         if namespace is not None:
-            have = run_namespace(state.load_record(run))
+            have = run_namespace(records.load_record(run))
             if have != namespace:
                 raise ConfigError(f"run {run!r} is not on a cluster in namespace {namespace!r} "
                                   f"({'namespace ' + repr(have) if have else 'not a Kubernetes run'})",
                                   hint="drop --namespace, or name a run of that namespace ('miles-ray runs')")
         return run
-    records = state.list_records()
+    recs = records.list_records()
     if namespace is not None:
-        records = [r for r in records if run_namespace(r) == namespace]
-    if not records:
+        recs = [r for r in recs if run_namespace(r) == namespace]
+    if not recs:
         where = f" on a cluster in namespace {namespace!r}" if namespace is not None else ""
         raise ConfigError(f"no runs yet{where}", hint="submit one with 'miles-ray submit'")
-    return records[-1]["run"]
+    return recs[-1]["run"]
 
 
 def job_state_exit(run: str, state: str) -> None:
@@ -134,8 +133,6 @@ def job_state_exit(run: str, state: str) -> None:
     state, from the table in :mod:`miles_ray.core.errors`: SUCCEEDED returns (0); FAILED raises
     JobFailed (3, one error line; Ray's own message is in the report); PENDING/RUNNING exit 5 and
     STOPPED 6 (the state was already printed); any other state (UNKNOWN...) 1."""
-    from miles_ray.core.errors import EXIT_JOB_RUNNING, EXIT_JOB_STOPPED, EXIT_SERVICE, JobFailed
-
     if state == "SUCCEEDED":
         return
     if state == "FAILED":
@@ -146,8 +143,6 @@ def job_state_exit(run: str, state: str) -> None:
 
 def checks_failed(what: str, problems: int) -> None:
     """After a check printed its report: when it found problems, exit 4 (ChecksFailed) with one line."""
-    from miles_ray.core.errors import ChecksFailed
-
     if problems:
         raise ChecksFailed(f"{what} found {problems} problem(s), each listed in its report")
 

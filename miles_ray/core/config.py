@@ -22,7 +22,7 @@ from miles_ray.core.secrets import HINT, secret_name, secret_value
 ENV_PREFIX = "MILES_RAY_"
 CONFIG_FILE = "miles-ray.yaml"
 # MILES_RAY_* variables that are not config keys.
-NON_CONFIG_ENV = {"CONFIG", "STATE_DIR", "FAKE_TRAIN_OUT"}
+NON_CONFIG_ENV = {"CONFIG", "STATE_DIR"}
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -266,9 +266,9 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayClus
     try:
         yield cluster
     finally:
-        state = lr._read_state(state_dir, name)
+        state = lr.read_state(state_dir, name)
         if state is not None:
-            procs = lr._all_procs(state)
+            procs = lr.processes_of(state)
             try:
                 lr.down(state_dir, name)
             finally:

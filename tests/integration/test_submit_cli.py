@@ -250,7 +250,7 @@ def test_a_failed_job_exits_3_everywhere_and_json_is_one_document(env, cli, mile
     (one exit-code table); with -o json each prints ONE document (the job's final state and its logs) while
     progress stays on stderr."""
     (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
-    code, out, err = submit(cli, env.address, "--run", "fails", "--nodes", "1", "--env", "MILES_RAY_FAKE_TRAIN_EXIT=7",
+    code, out, err = submit(cli, env.address, "--run", "fails", "--nodes", "1", "--env", "MILESRAY_TEST_FAKE_TRAIN_EXIT=7",
                             "--follow", "-o", "json")
     assert code == 3, err
     doc = json.loads(out)

@@ -95,6 +95,7 @@ def test_local_up_of_4_nodes_succeeds_on_a_heavily_loaded_machine(tmp_path, ledg
     cluster_dir = state / "local"
     name = f"busy-{os.getpid()}"
     env = child_env(MILES_RAY_STATE_DIR=str(state))
+    event = ledger.record("fault", f"busy machine: up --backend local --nodes {NODES}")  # ok: the test's outcome
     load = start_load(tmp_path)
     try:
         wait_for_load(load, tmp_path)
@@ -120,13 +121,7 @@ def test_local_up_of_4_nodes_succeeds_on_a_heavily_loaded_machine(tmp_path, ledg
         left = sorted({pid for rec in sessions for pid in lr.session_members(rec)})
         temp_dir = recorded.get("temp_dir")
 
-        ok = (up.returncode == 0 and still_loaded and st.returncode == 0
-              and workers == [(i, float(GPUS), "ALIVE") for i in range(1, NODES + 1)]
-              and len(heads) == 1 and heads[0]["gpus"] == 0
-              and down.returncode == 0 and len(sessions) == NODES + 1 and not left
-              and not lr.state_path(cluster_dir, name).exists() and bool(temp_dir) and not Path(temp_dir).exists())
-        ledger.record("fault", f"busy machine: up --backend local --nodes {NODES}", ok, up_seconds=up_seconds,
-                      retries=len(retries), load_average=round(load_avg, 1))
+        event.update(up_seconds=up_seconds, retries=len(retries), load_average=round(load_avg, 1))
         print(f"busy machine: up {up_seconds}s at load {load_avg:.1f}, {len(retries)} node retries", *retries,
               sep="\n  ")
 

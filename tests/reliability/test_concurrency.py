@@ -104,7 +104,7 @@ def test_two_local_ups_of_one_name_make_one_cluster(tmp_path, ledger):
         for code, out, err in results:
             assert code == 0 and "Traceback" not in err, err
         already = sorted(bool(json.loads(out).get("already_running")) for _, out, _ in results)
-        st = lr._read_state(state / "local", "lockrace")
+        st = lr.read_state(state / "local", "lockrace")
         heads = [st["head"]]
         assert already == [False, True]
         assert len(heads) == 1 and len(st["workers"]) == 1

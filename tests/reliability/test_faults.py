@@ -299,13 +299,13 @@ def test_ray_head_killed_during_submit(tmp_path, cli, monkeypatch, ledger):
             return path
 
         monkeypatch.setattr(st, "create_record", create_then_kill)
+        ledger.record("fault", "Ray head killed between record write and submit")  # ok: the test's outcome
         args = ["submit", "--run", "hk", "--nodes", "1", "--rehearse", "--no-follow", "-o", "json"]
         code, out, err = cli(*args, "--address", info["dashboard_url"])
         monkeypatch.setattr(st, "create_record", real_create)
         ok = (len(killed) == 1 and code == 1 and one_error_line(err) and "cannot reach" in err
               and info["dashboard_url"] in err and not st.record_path("hk").exists())  # nothing half-done
         ok = ok and down_leaves_nothing(killed[0])  # its worker, by PID; nothing of the dead head lingers
-        ledger.record("fault", "Ray head killed between record write and submit", ok)
         assert ok, err
 
         info = lr.up(cluster_dir, name, 1, 8, 9, timeout=300)  # once: no retry
@@ -313,13 +313,14 @@ def test_ray_head_killed_during_submit(tmp_path, cli, monkeypatch, ledger):
         code, out, err = cli(*args, "--address", address)
         assert code == 0 and json.loads(out)["created"] is True, err
         record_before = st.record_path("hk").read_text()
+        event = ledger.record("fault", "Ray head killed right after submit")
         dead = kill_head()  # the fault: right after the submit
         code, out, err = cli(*args, "--address", address)
         ok = (code == 1 and one_error_line(err) and "cannot reach" in err
               and st.record_path("hk").read_text() == record_before)
         drivers = lr.job_sessions_of(dead)  # job drivers that outlived the head (none if the job had ended)
         ok = ok and down_leaves_nothing(dead)
-        ledger.record("fault", "Ray head killed right after submit", ok, orphaned_drivers=len(drivers))
+        event["orphaned_drivers"] = len(drivers)
         assert ok, err
     finally:
         if lr.state_path(cluster_dir, name).exists():

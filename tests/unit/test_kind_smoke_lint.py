@@ -2,7 +2,7 @@
 no registry): they are linted (shellcheck, actionlint) and their pins and structure are checked here.
 
 The linters are installed by scripts/test-tools.sh (ShellCheck: the Debian package; actionlint: built from its
-Go module into ${MILES_RAY_CACHE:-~/.cache/miles-ray}/bin/actionlint-<version>) and found on PATH or in that
+Go module into ${MILESRAY_TEST_CACHE:-~/.cache/miles-ray}/bin/actionlint-<version>) and found on PATH or in that
 cache. A missing linter skips its test with the reason, or fails it when MILESRAY_TEST_STRICT=1 (the test
 switch scripts/test.sh sets in CI). Everything else is plain Python.
 """
@@ -92,7 +92,7 @@ def _missing(what: str) -> None:
 
 
 def _tools_cache() -> Path:
-    return Path(os.environ.get("MILES_RAY_CACHE") or Path.home() / ".cache" / "miles-ray") / "bin"
+    return Path(os.environ.get("MILESRAY_TEST_CACHE") or Path.home() / ".cache" / "miles-ray") / "bin"
 
 
 def _shellcheck() -> str | None:

@@ -40,11 +40,6 @@ from miles_ray.adapters.local_ray.ports import PREFERRED_DASHBOARD_PORT
 from miles_ray.adapters.local_ray.processes import STOP_GRACE_SECONDS, pss_bytes, session_members, stop_sessions
 from miles_ray.adapters.local_ray.state import failure_log_path, read_state, state_path
 
-# Old private names still used by tests/integration/conftest.py and tests/reliability/test_concurrency.py;
-# remove once they call read_state / processes_of.
-_read_state = read_state
-_all_procs = processes_of
-
 __all__ = [
     "HEAD_CPUS",
     "HEAD_IP",
