@@ -5,10 +5,15 @@
 #   cluster/build.sh --check    exit 0 if every component is cached, 1 otherwise (builds nothing)
 #   cluster/build.sh --list     print "<component> <path>" for every component
 #   cluster/build.sh NAME...    build only these components
+#   cluster/build.sh real-nodes what real nodes need (cluster/realnodes.py): node-runtime kubelet
+#                               pause-image ray-image (also accepted by --check)
 #
 # Cache: ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/bin/<component>-<version>
 #        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/crds/kuberay-<version>/*.yaml
 #        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/kwok-stages-<version>.yaml (kwok's default stages)
+#        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/images/{ray,pause}-<version>-<input hash>.tar
+# node-runtime is not cached but installed: Debian's containerd, runc, containernetworking-plugins,
+# iptables and mmdebstrap at the pinned versions, with apt-get, when missing.
 # Versions: cluster/versions.env (the only place they are pinned).
 # Exit status 3: no Go toolchain found.
 set -euo pipefail
@@ -26,11 +31,26 @@ KWOK_STAGES="${CACHE}/kwok-stages-${KWOK_VERSION}.yaml"
 ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay-operator)
 # kubectl is optional (a system kubectl is fine); build it with: cluster/build.sh kubectl
 OPTIONAL_COMPONENTS=(kubectl)
+# Real nodes (cluster/realnodes.py), in build order: `cluster/build.sh real-nodes`.
+REAL_NODE_COMPONENTS=(node-runtime kubelet pause-image ray-image)
+PYTHON="${PYTHON:-python3}"
+IMAGE_PY="${HERE}/image/build_image.py"
+# package=version pairs that node-runtime installs
+DEB_PINS=(
+    "containerd=${CONTAINERD_DEB_VERSION}"
+    "runc=${RUNC_DEB_VERSION}"
+    "containernetworking-plugins=${CNI_PLUGINS_DEB_VERSION}"
+    "iptables=${IPTABLES_DEB_VERSION}"
+    "mmdebstrap=${MMDEBSTRAP_DEB_VERSION}"
+)
 
 version_of() {
     case "$1" in
         etcd) echo "${ETCD_VERSION}" ;;
-        kube-apiserver | kube-controller-manager | kube-scheduler | kubectl) echo "${KUBERNETES_VERSION}" ;;
+        kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet) echo "${KUBERNETES_VERSION}" ;;
+        node-runtime) echo "${CONTAINERD_DEB_VERSION}" ;;
+        pause-image) echo "${PAUSE_VERSION}" ;;
+        ray-image) sed -n 's/^ray==//p' "${HERE}/../constraints.txt" ;;
         kwok) echo "${KWOK_VERSION}" ;;
         kuberay-operator) echo "${KUBERAY_VERSION}" ;;
         *)
@@ -42,8 +62,32 @@ version_of() {
 
 path_of() {
     local v
-    v="$(version_of "$1")"
-    echo "${BIN}/$1-${v}"
+    case "$1" in
+        node-runtime) echo "/usr/bin/containerd" ;;
+        pause-image) "${PYTHON}" "${IMAGE_PY}" path pause --cache "${CACHE}" | cut -d' ' -f1 ;;
+        ray-image) "${PYTHON}" "${IMAGE_PY}" path ray --cache "${CACHE}" | cut -d' ' -f1 ;;
+        *)
+            v="$(version_of "$1")"
+            echo "${BIN}/$1-${v}"
+            ;;
+    esac
+}
+
+deb_installed() { # package=version
+    [[ "$(dpkg-query -W -f='${Status} ${Version}' "${1%%=*}" 2>/dev/null)" == "install ok installed ${1#*=}" ]]
+}
+
+is_cached() {
+    local p
+    case "$1" in
+        node-runtime)
+            for p in "${DEB_PINS[@]}"; do
+                deb_installed "${p}" || return 1
+            done
+            ;;
+        pause-image | ray-image) [[ -s "$(path_of "$1")" ]] ;;
+        *) [[ -x "$(path_of "$1")" ]] ;;
+    esac
 }
 
 crds_cached() {
@@ -60,6 +104,7 @@ for arg in "$@"; do
             sed -n '2,13p' "${BASH_SOURCE[0]}"
             exit 0
             ;;
+        real-nodes) wanted+=("${REAL_NODE_COMPONENTS[@]}") ;;
         *) wanted+=("${arg}") ;;
     esac
 done
@@ -71,7 +116,7 @@ for c in "${wanted[@]}"; do
 done
 
 if [[ "${mode}" == list ]]; then
-    for c in "${ALL_COMPONENTS[@]}" "${OPTIONAL_COMPONENTS[@]}"; do
+    for c in "${ALL_COMPONENTS[@]}" "${OPTIONAL_COMPONENTS[@]}" "${REAL_NODE_COMPONENTS[@]}"; do
         echo "${c} $(path_of "${c}")"
     done
     echo "crds ${CRDS}"
@@ -82,7 +127,7 @@ fi
 if [[ "${mode}" == check ]]; then
     missing=0
     for c in "${wanted[@]}"; do
-        if [[ -x "$(path_of "${c}")" ]]; then
+        if is_cached "${c}"; then
             echo "cached  ${c} $(path_of "${c}")"
         else
             echo "missing ${c} $(path_of "${c}")"
@@ -189,7 +234,7 @@ build_component() {
     out="$(path_of "${c}")"
     tmp="${out}.tmp.$$"
     case "${c}" in
-        kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
+        kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet)
             dir="$(prepare_kubernetes_module)"
             (cd "${dir}" && "${GO}" build -ldflags "$(k8s_ldflags)" -o "${tmp}" "k8s.io/kubernetes/cmd/${c}")
             ;;
@@ -215,6 +260,31 @@ build_component() {
     esac
     chmod 0755 "${tmp}"
     mv -f "${tmp}" "${out}"
+}
+
+# Debian packages of the real nodes' runtime (no binary cache: apt installs them system-wide;
+# policy-rc.d or the absence of an init system keeps the packaged containerd service from starting).
+install_node_runtime() {
+    local missing=() p
+    for p in "${DEB_PINS[@]}"; do
+        deb_installed "${p}" || missing+=("${p}")
+    done
+    log "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build_image() {
+    case "$1" in
+        pause-image)
+            "${PYTHON}" "${IMAGE_PY}" pause --cache "${CACHE}" \
+                --pause-c "$(module_dir "k8s.io/kubernetes@${KUBERNETES_VERSION}")/build/pause/linux/pause.c"
+            ;;
+        ray-image)
+            # Debian's mmdebstrap and a Python with pip (PYTHON) are needed: node-runtime first.
+            "${PYTHON}" "${IMAGE_PY}" ray --cache "${CACHE}" --python "${PYTHON}"
+            ;;
+    esac
 }
 
 module_dir() {
@@ -247,14 +317,25 @@ copy_crds() {
 total_start=${SECONDS}
 for c in "${wanted[@]}"; do
     out="$(path_of "${c}")"
-    if [[ -x "${out}" ]]; then
+    if is_cached "${c}"; then
         printf '%-26s %-10s cached  %s\n' "${c}" "$(version_of "${c}")" "${out}"
         continue
     fi
-    require_go
     log "building ${c} $(version_of "${c}") ..."
     start=${SECONDS}
-    build_component "${c}"
+    case "${c}" in
+        node-runtime) install_node_runtime ;;
+        ray-image) build_image "${c}" ;;
+        pause-image)
+            require_go
+            build_image "${c}"
+            ;;
+        *)
+            require_go
+            build_component "${c}"
+            ;;
+    esac
+    out="$(path_of "${c}")"
     printf '%-26s %-10s built   %4ds  %s\n' "${c}" "$(version_of "${c}")" "$((SECONDS - start))" "${out}"
     # Cold build times, for benchmarks/bench_control_plane.py.
     printf '%s\t%s\t%ss\t%s\n' "${c}" "$(version_of "${c}")" "$((SECONDS - start))" "$(date -u +%FT%TZ)" \

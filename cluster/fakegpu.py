@@ -2,6 +2,7 @@
 """A real Kubernetes control plane with fake GPU nodes, on 127.0.0.1, without Docker.
 
     python cluster/fakegpu.py up [--nodes N] [--gpus 8] [--dir DIR]
+    python cluster/fakegpu.py up --nodes 0 --cpu-nodes 0 --real-nodes 2 --real-gpus 2   # real pods
     python cluster/fakegpu.py status [--dir DIR]
     python cluster/fakegpu.py down [--dir DIR]
 
@@ -12,6 +13,10 @@ nodes: node heartbeats, pods Running/Ready, pod deletion) and the KubeRay operat
 
 N fake GPU nodes ``gpu-node-<i>`` advertise ``nvidia.com/gpu`` and carry the taint
 ``nvidia.com/gpu:NoSchedule``; one ``cpu-node-0`` (no GPUs, no taint) takes the Ray head.
+
+With ``--real-nodes N`` (cluster/realnodes.py) the whole cluster moves into a network namespace of
+its own and gains N real GPU nodes plus ``--real-cpu-nodes`` (default 1) real CPU nodes: kubelets
+with their own containerd that run real containers from a locally built image.
 
 ``DIR/kubeconfig`` is a cluster-admin kubeconfig; ``DIR/state.json`` records PIDs, ports and paths;
 logs go to ``DIR/logs/``. ``down`` stops the recorded processes by PID (SIGTERM, then SIGKILL),
@@ -151,7 +156,9 @@ def ensure_built(log: Callable[[str], None] = log_stderr) -> dict[str, Any]:
 # PKI (cryptography package; openssl is not needed)
 
 
-def _pki(pki: Path) -> None:
+def _pki(pki: Path, extra_clients: list[tuple[str, str, list[str]]] | tuple = ()) -> None:
+    """CA, front-proxy CA, serving and client certificates; ``extra_clients``: more client
+    certificates as (file stem, CN, groups)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -263,6 +270,8 @@ def _pki(pki: Path) -> None:
     leaf("kwok", "kwok-controller", ["system:masters"], server=False)
     leaf("kuberay-operator", "kuberay-operator", ["system:masters"], server=False)
     leaf("front-proxy-client", "front-proxy-client", [], server=False, issuer=(fp_key, fp_name))
+    for stem, cn, orgs in extra_clients:
+        leaf(stem, cn, orgs, server=False)
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     write_key("sa", sa_key)
@@ -574,6 +583,9 @@ class Cluster:
     gpus_per_node: int
     server: str
     state: dict[str, Any] = field(repr=False, default_factory=dict)
+    real_gpu_nodes: list[str] = field(default_factory=list)
+    real_cpu_nodes: list[str] = field(default_factory=list)
+    pod_image: str | None = None  # real nodes: the local pod image, repo:tag@sha256:digest
 
     def down(self, timeout: float = 15) -> dict[str, str]:
         return down(self.dir, timeout=timeout)
@@ -581,6 +593,20 @@ class Cluster:
     @property
     def pids(self) -> dict[str, int]:
         return {k: v["pid"] for k, v in self.state.get("processes", {}).items()}
+
+
+def _realnodes() -> Any:
+    """cluster/realnodes.py, loaded once (it extends this module: real kubelets and containerd)."""
+    import importlib.util
+
+    name = "miles_ray_realnodes"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "realnodes.py")
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
 
 
 def _read_state(d: Path) -> dict[str, Any] | None:
@@ -605,14 +631,25 @@ def up(
     build: bool = True,
     log: Callable[[str], None] = log_stderr,
     die_with_parent: bool = False,
+    real_nodes: int = 0,
+    real_cpu_nodes: int = 0,
+    real_gpus: int = 2,
 ) -> Cluster:
     """Start the control plane in ``dir`` and wait until it is ready.
 
     ``die_with_parent``: the started processes get SIGTERM if the calling process dies (for test
-    fixtures: a killed pytest leaves nothing behind). The CLI ``up`` leaves them running."""
+    fixtures: a killed pytest leaves nothing behind). The CLI ``up`` leaves them running.
+
+    ``real_nodes``/``real_cpu_nodes`` > 0: everything runs in a network namespace of its own, plus
+    that many real GPU nodes (``real_gpus`` fake ``nvidia.com/gpu`` each) and real CPU nodes
+    (cluster/realnodes.py); the apiserver stays reachable at the same URL from the machine."""
     d = Path(dir).resolve()
+    rn = _realnodes() if real_nodes or real_cpu_nodes else None
+    if rn and any(d == Path(m) or Path(m) in d.parents for m in rn.NODE_TMPFS):
+        raise FakeGPUError(f"--dir {d} is under {', '.join(rn.NODE_TMPFS)}, which real nodes cover with tmpfs")
     old = _read_state(d)
-    if old and any(_is_ours_and_alive(r) for r in old.get("processes", {}).values()):
+    old_procs = list((old or {}).get("processes", {}).values()) + list(((old or {}).get("real") or {}).get("processes", {}).values())
+    if any(_is_ours_and_alive(r) for r in old_procs):
         raise FakeGPUError(f"a control plane is already running from {d} (run: fakegpu.py down --dir {d})")
 
     timings: dict[str, float] = {}
@@ -624,6 +661,12 @@ def up(
             log(f"build finished in {timings['build']:.0f}s")
     elif not all_cached():
         raise ToolchainMissing(f"binaries are not cached in {cache_dir()} (run cluster/build.sh)")
+    if rn and build:
+        t = time.monotonic()
+        rn.ensure_built(sys.modules[__name__], log)
+        timings["build-real-nodes"] = time.monotonic() - t
+    elif rn and not (rn.template_dir(sys.modules[__name__]) / "template.json").is_file():
+        raise ToolchainMissing(f"real-node artifacts are not cached in {cache_dir()} (run cluster/build.sh real-nodes)")
 
     t_up = time.monotonic()
     _DEADLINE[0] = t_up + timeout
@@ -649,17 +692,23 @@ def up(
     ports = dict(zip(names, free_ports(len(names))))
     server = f"https://127.0.0.1:{ports['apiserver']}"
 
+    procs: dict[str, Any] = {}
+    state: dict[str, Any] = {}
+    real = None
+    if rn:
+        real = rn.RealCluster(sys.modules[__name__], d, real_nodes, real_cpu_nodes, real_gpus,
+                              die_with_parent, lambda: _write_state(d, state), log)
+
     t = time.monotonic()
-    _pki(pki)
+    _pki(pki, real.client_identities() if real else ())
     _kubeconfig(d / "kubeconfig", server, pki, "admin")
     for user in ("kube-controller-manager", "kube-scheduler", "kwok", "kuberay-operator"):
         _kubeconfig(pki / f"{user}.kubeconfig", server, pki, user)
     timings["pki"] = time.monotonic() - t
 
-    procs: dict[str, Any] = {}
     gpu_nodes = [f"gpu-node-{i}" for i in range(nodes)]
     cpu_node_names = [f"cpu-node-{i}" for i in range(cpu_nodes)]
-    state: dict[str, Any] = {
+    state.update({
         "dir": str(d),
         "kubeconfig": str(d / "kubeconfig"),
         "server": server,
@@ -673,13 +722,21 @@ def up(
         "processes": procs,
         "ready": False,
         "die_with_parent": die_with_parent,
-    }
+    })
+    if real:
+        state["real"] = real.state
 
     def started(name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        procs[name] = _start(name, argv, logs, env, die_with_parent)
+        procs[name] = _start(name, real.wrap(argv) if real else argv, logs, env, die_with_parent)
         _write_state(d, state)  # so that `down` works even if `up` dies half-way
 
     try:
+        if real:  # the cluster's own network namespace, and the relay from the machine's loopback
+            t = time.monotonic()
+            real.create_netns()
+            real.start_relay(sorted(ports.values()))
+            timings["netns+relay"] = time.monotonic() - t
+
         # etcd
         t = time.monotonic()
         etcd_url = f"http://127.0.0.1:{ports['etcd_client']}"
@@ -729,6 +786,7 @@ def up(
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
+            *(real.apiserver_args(pki) if real else []),
         ])
         api = Api(server, pki)
 
@@ -878,11 +936,19 @@ def up(
             60, procs, "kuberay-operator",
         )
         timings["ready-wait"] = time.monotonic() - t
+        if real:
+            t = time.monotonic()
+            real.start_nodes(api, server, pki, max(1.0, _DEADLINE[0] - time.monotonic()))
+            timings["real-nodes"] = time.monotonic() - t
     except BaseException:
         _DEADLINE[0] = float("inf")
         log("start-up failed: stopping what was started")
+        if real:
+            rn.stop_nodes(sys.modules[__name__], d, real.state, log)
         for name in reversed(list(procs)):
             _stop(name, procs[name], 10, log)
+        if real:
+            rn.stop_netns(sys.modules[__name__], d, real.state, log)
         state["failed"] = True
         _write_state(d, state)
         raise
@@ -892,15 +958,21 @@ def up(
     state["ready"] = True
     state["timings"] = timings
     _write_state(d, state)
+    real_nodes_by_role = {
+        role: [n["name"] for n in (real.state["nodes"] if real else []) if n["role"] == role] for role in ("gpu", "cpu")
+    }
     return Cluster(
         dir=d,
         kubeconfig=d / "kubeconfig",
-        nodes=gpu_nodes + cpu_node_names,
+        nodes=gpu_nodes + cpu_node_names + real_nodes_by_role["gpu"] + real_nodes_by_role["cpu"],
         gpu_nodes=gpu_nodes,
         cpu_nodes=cpu_node_names,
         gpus_per_node=gpus,
         server=server,
         state=state,
+        real_gpu_nodes=real_nodes_by_role["gpu"],
+        real_cpu_nodes=real_nodes_by_role["cpu"],
+        pod_image=real.state["images"]["ray"]["ref"] if real else None,
     )
 
 
@@ -910,9 +982,21 @@ def down(dir: str | Path = DEFAULT_DIR, timeout: float = 15, log: Callable[[str]
     if not state:
         return {}
     procs = state.get("processes", {})
+    real = state.get("real")
+    me = sys.modules[__name__]
     result: dict[str, str] = {}
+    if real:  # pods, kubelets and containerd first, while the apiserver still answers
+        result.update(_realnodes().stop_nodes(me, d, real, log))
+    t = time.monotonic()
     for name in reversed([c for c in COMPONENTS if c in procs] + [c for c in procs if c not in COMPONENTS]):
         result[name] = _stop(name, procs[name], timeout, log)
+    if real:
+        real.setdefault("teardown_timings", {})["control-plane"] = round(time.monotonic() - t, 1)
+    if real:  # then the DNS stub, the relay and the namespace itself
+        t = time.monotonic()
+        result.update(_realnodes().stop_netns(me, d, real, log))
+        real.setdefault("teardown_timings", {})["netns"] = round(time.monotonic() - t, 1)
+        state["leftovers"] = _realnodes().leftovers(d, real, me)
     state["ready"] = False
     state["stopped"] = result
     _write_state(d, state)
@@ -925,7 +1009,8 @@ def status(dir: str | Path = DEFAULT_DIR) -> dict[str, Any]:
     if not state:
         return {"dir": str(d), "running": False, "error": "no state.json"}
     out: dict[str, Any] = {"dir": str(d), "kubeconfig": state.get("kubeconfig"), "server": state.get("server")}
-    procs = {name: {"pid": r["pid"], "alive": _is_ours_and_alive(r)} for name, r in state.get("processes", {}).items()}
+    recs = dict(state.get("processes", {}), **(state.get("real") or {}).get("processes", {}))
+    procs = {name: {"pid": r["pid"], "alive": _is_ours_and_alive(r)} for name, r in recs.items()}
     out["processes"] = procs
     out["running"] = bool(procs) and all(p["alive"] for p in procs.values())
     if out["running"]:
@@ -958,6 +1043,11 @@ def main(argv: list[str] | None = None) -> int:
     pu.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     pu.add_argument("--timeout", type=float, default=240, help="seconds from start to ready (default 240)")
     pu.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
+    pu.add_argument("--real-nodes", type=int, default=0,
+                    help="real GPU nodes (kubelet + containerd, real pods), in a network namespace of their own")
+    pu.add_argument("--real-gpus", type=int, default=2, help="fake nvidia.com/gpu per real GPU node (default 2)")
+    pu.add_argument("--real-cpu-nodes", type=int, default=None,
+                    help="real CPU nodes for the Ray head (default 1 with --real-nodes, else 0)")
     pd = sub.add_parser("down", help="stop everything recorded in DIR/state.json, by PID")
     pd.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     pd.add_argument("--timeout", type=float, default=15, help="seconds between SIGTERM and SIGKILL")
@@ -968,10 +1058,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "up":
             t = time.monotonic()
+            real_cpu = args.real_cpu_nodes if args.real_cpu_nodes is not None else (1 if args.real_nodes else 0)
             c = up(args.dir, nodes=args.nodes, gpus=args.gpus, cpu_nodes=args.cpu_nodes,
-                   timeout=args.timeout, build=not args.no_build)
+                   timeout=args.timeout, build=not args.no_build,
+                   real_nodes=args.real_nodes, real_cpu_nodes=real_cpu, real_gpus=args.real_gpus)
             print(f"ready in {time.monotonic() - t:.1f}s: {len(c.gpu_nodes)} GPU nodes x {c.gpus_per_node} "
                   f"{GPU_RESOURCE} + {len(c.cpu_nodes)} CPU node(s)")
+            if c.real_gpu_nodes or c.real_cpu_nodes:
+                print(f"real nodes: {', '.join(c.real_cpu_nodes + c.real_gpu_nodes)} "
+                      f"({args.real_gpus} {GPU_RESOURCE} per GPU node); pod image (imagePullPolicy Never): "
+                      f"{c.pod_image}")
             print(f"export KUBECONFIG={c.kubeconfig}")
             kubectl = cache_dir() / "bin" / f"kubectl-{read_versions()['KUBERNETES_VERSION']}"
             if kubectl.exists():
@@ -984,6 +1080,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"nothing recorded in {args.dir}")
             for name, what in res.items():
                 print(f"{name:26s} {what}")
+            left = {k: v for k, v in ((_read_state(Path(args.dir).resolve()) or {}).get("leftovers") or {}).items() if v}
+            if left:
+                log_stderr(f"ERROR: left behind: {json.dumps(left)}")
+                return 1
             return 0
         if args.cmd == "status":
             st = status(args.dir)
