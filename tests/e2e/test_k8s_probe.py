@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from tests.e2e.test_kube_cli import kube_args, kube_env, shared_volume, up_args  # noqa: F401 - fixtures
+from tests.e2e.test_kube_cli import kube_args, up_args
 
 pytestmark = pytest.mark.e2e
 
