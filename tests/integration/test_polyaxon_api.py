@@ -296,5 +296,5 @@ def test_create_retried_after_lost_response_does_not_duplicate(flaky, project, p
     api = pa.PolyaxonApi(front.host, retries=2, backoff=0.05)
     run_uuid = api.create_operation(OWNER, project, miles_operation(), name="retried")
     direct = pa.PolyaxonApi(polyaxon_server.host)
-    rc_list = direct._run_client(OWNER, project).list(query="name:retried", limit=10).results
+    rc_list = direct.run_client(OWNER, project).list(query="name:retried", limit=10).results
     assert [r.uuid for r in rc_list] == [run_uuid]

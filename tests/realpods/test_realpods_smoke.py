@@ -2,7 +2,7 @@
 
 One control plane + ``real-cpu-0`` (the head) + ``real-gpu-0/1`` (2 fake GPUs each), all in a
 network namespace of their own (tests/infra/realpods.py). A RayCluster rendered by
-``miles-ray render -f kuberay`` (the local image, 2 workers x 2 GPUs) is applied as is, except
+``miles-ray render -F kuberay`` (the local image, 2 workers x 2 GPUs) is applied as is, except
 ``imagePullPolicy: Never`` and smaller CPU requests (tests.infra.realpods.fit_to_real_nodes); Ray on
 the head, reached through a port-forward, must list both GPU workers ALIVE on two node IPs; a job
 submitted through the Jobs API must succeed; the teardown must leave nothing on the machine.
@@ -110,7 +110,7 @@ def _render(cluster: RealPods, tmp_path: Path) -> dict[str, Any]:
         "node_selector": {"milesray.io/real-node": "true"},
     }))
     out = subprocess.run(
-        [sys.executable, "-m", "miles_ray", "render", "-f", "kuberay", "-c", str(cfg), "--image", cluster.image,
+        [sys.executable, "-m", "miles_ray", "render", "-F", "kuberay", "-c", str(cfg), "--image", cluster.image,
          "--ray-version", "2.60.0", "--recipe", "Qwen3-4B"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
