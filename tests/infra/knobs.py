@@ -65,3 +65,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"{STRICT}=1: a skip is a failure here: {reason}"
+
+
+_TIER_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration (set-up of shared fixtures included) to its tier, tests/<tier>/..."""
+    parts = report.nodeid.split("/")
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
+    _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 — pytest's own reporter type
+    if _TIER_SECONDS:
+        terminalreporter.write_line("time per tier (set-up + tests + tear-down, seconds): " + ", ".join(
+            f"{t} {s:.0f}" for t, s in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1])))
