@@ -344,7 +344,7 @@ def invalid_volume_names(resource: dict) -> list[str]:
     bad = set()
     for spec in _pod_specs(resource):
         for v in spec.get("volumes") or []:
-            if not _DNS1123_LABEL.match(v.get("name", "")) or len(v.get("name", "")) > 63:
+            if not _DNS1123_LABEL.fullmatch(v.get("name", "")) or len(v.get("name", "")) > 63:
                 bad.add(v.get("name", ""))
     return sorted(bad)
 

@@ -70,7 +70,10 @@ def head_resources(cfg: MilesRayConfig) -> dict[str, dict[str, str]]:
 
 def worker_resources(cfg: MilesRayConfig) -> dict[str, dict[str, str]]:
     q = {"cpu": str(cfg.cpus_per_node), "memory": cfg.memory_per_node, "nvidia.com/gpu": str(cfg.gpus_per_node)}
-    return {"requests": dict(q), "limits": dict(q)}
+    requests = dict(q)
+    if cfg.cpu_request_per_node is not None:
+        requests["cpu"] = cfg.cpu_request_per_node
+    return {"requests": requests, "limits": dict(q)}
 
 
 def worker_start_params(cfg: MilesRayConfig) -> dict[str, str]:

@@ -24,7 +24,15 @@ CONFIG_FILE = "miles-ray.yaml"
 # MILES_RAY_* variables that are not config keys.
 NON_CONFIG_ENV = {"CONFIG", "STATE_DIR"}
 
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?")
+_CPU = re.compile(r"[0-9]+(\.[0-9]{1,3})?|[0-9]+m")
+
+
+def cpu_millis(quantity: str) -> int:
+    """Millicores of a CPU quantity such as ``32``, ``0.5`` or ``500m``."""
+    if quantity.endswith("m"):
+        return int(quantity[:-1])
+    return round(float(quantity) * 1000)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_OBJ = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
@@ -73,6 +81,9 @@ class MilesRayConfig(BaseModel):
 
     # pods
     cpus_per_node: int = Field(64, ge=1, le=4096, description="CPUs per GPU worker pod (also Ray num-cpus)")
+    cpu_request_per_node: str | None = Field(
+        None, description="Kubernetes CPU request of each GPU worker pod, e.g. 32 or 500m (default: "
+        "cpus_per_node); the CPU limit and Ray's num-cpus stay cpus_per_node")
     memory_per_node: str = Field("512Gi", description="memory per GPU worker pod, including /dev/shm")
     head_cpus: int = Field(8, ge=1, le=4096, description="CPUs of the head pod (Ray num-cpus stays 0)")
     head_memory: str = Field("64Gi", description="memory of the head pod")
@@ -118,15 +129,22 @@ class MilesRayConfig(BaseModel):
     @field_validator("worker_group", "connection", "volume_claim")
     @classmethod
     def _dns(cls, v: str | None) -> str | None:
-        if v is not None and (len(v) > 63 or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", v)):
+        if v is not None and (len(v) > 63 or not re.fullmatch(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", v)):
             raise ValueError(f"{v!r} must be a DNS-1123 label (lower-case letters, digits, '-')")
         return v
 
     @field_validator("memory_per_node", "head_memory")
     @classmethod
     def _quantity(cls, v: str) -> str:
-        if not _QUANTITY.match(v):
+        if not _QUANTITY.fullmatch(v):
             raise ValueError(f"{v!r} is not a Kubernetes quantity such as 512Gi")
+        return v
+
+    @field_validator("cpu_request_per_node")
+    @classmethod
+    def _cpu_quantity(cls, v: str | None) -> str | None:
+        if v is not None and (not _CPU.fullmatch(v) or cpu_millis(v) == 0):
+            raise ValueError(f"{v!r} is not a CPU quantity such as 32, 0.5 or 500m")
         return v
 
     @field_validator("mount_path", "miles_root", "megatron_path")
@@ -148,14 +166,14 @@ class MilesRayConfig(BaseModel):
     @field_validator("ray_address")
     @classmethod
     def _address(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[A-Za-z0-9._\-\[\]:]+(/.*)?$", v):
+        if v is not None and not re.fullmatch(r"^https?://[A-Za-z0-9._\-\[\]:]+(/.*)?$", v):
             raise ValueError(f"{v!r} is not a dashboard URL such as http://my-cluster-head-svc.ns.svc:8265")
         return v
 
     @field_validator("ray_version")
     @classmethod
     def _ray_version(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[0-9]+\.[0-9]+\.[0-9]+([a-z0-9.+-]*)$", v):
+        if v is not None and not re.fullmatch(r"^[0-9]+\.[0-9]+\.[0-9]+([a-z0-9.+-]*)$", v):
             raise ValueError(f"{v!r} is not a Ray version such as 2.60.0")
         return v
 
@@ -163,7 +181,7 @@ class MilesRayConfig(BaseModel):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for k, value in v.items():
-            if not _ENV_NAME.match(k):
+            if not _ENV_NAME.fullmatch(k):
                 raise ValueError(f"environment variable name {k!r} is not valid")
             what = "a credential" if secret_name(k) else secret_value(str(value))
             if what:  # never echo the value itself
@@ -174,11 +192,11 @@ class MilesRayConfig(BaseModel):
     @classmethod
     def _secret_env(cls, v: dict[str, str]) -> dict[str, str]:
         for k, ref in v.items():
-            if not _ENV_NAME.match(k):
+            if not _ENV_NAME.fullmatch(k):
                 raise ValueError(f"environment variable name {k!r} is not valid")
             secret, sep, key = str(ref).partition("/")
-            if (not sep or len(secret) > 253 or not _SECRET_OBJ.match(secret) or not key or len(key) > 253
-                    or not _SECRET_KEY.match(key)):
+            if (not sep or len(secret) > 253 or not _SECRET_OBJ.fullmatch(secret) or not key or len(key) > 253
+                    or not _SECRET_KEY.fullmatch(key)):
                 # the reference is a name, but a malformed one may be a pasted value: do not echo it
                 raise ValueError(f"{k} must reference a Kubernetes Secret as 'secret-name/key' "
                                  "(a DNS-1123 name, '/', a key of letters, digits, '-', '_' or '.')")
@@ -198,6 +216,10 @@ class MilesRayConfig(BaseModel):
                 f"cpus_per_node {self.cpus_per_node} < gpus_per_node {self.gpus_per_node} + 1: Miles puts one "
                 "{GPU:1, CPU:1} bundle per GPU and needs a spare CPU for its RolloutManager"
             )
+        if self.cpu_request_per_node is not None and cpu_millis(self.cpu_request_per_node) > self.cpus_per_node * 1000:
+            raise ValueError(
+                f"cpu_request_per_node {self.cpu_request_per_node} > cpus_per_node {self.cpus_per_node}: Kubernetes "
+                "refuses a CPU request above the limit; lower the request or raise cpus_per_node")
         return self
 
     # derived paths
@@ -333,6 +355,7 @@ gpus_per_node: 8
 
 # GPU worker pods. cpus_per_node must be >= gpus_per_node + 1. Memory includes /dev/shm.
 cpus_per_node: 64
+# cpu_request_per_node: 500m  # Kubernetes CPU request if lower than cpus_per_node (limit and Ray keep 64)
 memory_per_node: 512Gi
 head_cpus: 8
 head_memory: 64Gi

@@ -66,19 +66,19 @@ def parse_head(address: str, source: str = "address") -> HeadAddress:
     text = (address or "").strip()
     if text.startswith(K8S_SCHEME):
         namespace, sep, name = text[len(K8S_SCHEME):].partition("/")
-        if not sep or not _DNS_LABEL.match(namespace) or not _DNS_LABEL.match(name):
+        if not sep or not _DNS_LABEL.fullmatch(namespace) or not _DNS_LABEL.fullmatch(name):
             raise ConfigError(f"{source} {address!r} is not k8s://NAMESPACE/RAYCLUSTER", hint=ADDRESS_HINT)
         return HeadAddress("kubernetes", text, namespace=namespace, name=name)
     if text.startswith(LOCAL_SCHEME):
         name = text[len(LOCAL_SCHEME):]
-        if not re.match(r"^[a-z0-9][a-z0-9_-]{0,39}$", name):
+        if not re.fullmatch(r"^[a-z0-9][a-z0-9_-]{0,39}$", name):
             raise ConfigError(f"{source} {address!r} is not local://NAME (a local cluster name)", hint=ADDRESS_HINT)
         return HeadAddress("local", text, name=name)
     if not re.match(r"^https?://[^/\s]+", text):
         raise ConfigError(f"{source} {address!r} is not a dashboard URL", hint=ADDRESS_HINT)
     url = text.rstrip("/")
     host = urlparse(url).hostname or ""
-    service = _SERVICE_HOST.match(host)
+    service = _SERVICE_HOST.fullmatch(host)
     if service:
         return HeadAddress("kubernetes", url, url=url, namespace=service["ns"], name=service["name"])
     return HeadAddress("url", url, url=url)

@@ -45,14 +45,14 @@ class ImageRef:
 def parse_image(ref: str) -> ImageRef:
     if not ref or len(ref) > 512:
         raise ConfigError("image reference is empty or longer than 512 characters")
-    m = _REF.match(ref)
+    m = _REF.fullmatch(ref)
     if not m:
         raise ConfigError(
             f"image {ref!r} is not a valid image reference",
             hint="expected [registry/]repository[:tag]@sha256:<64 hex>, lower-case repository",
         )
     digest = m.group("digest")
-    if digest is not None and not _DIGEST.match(digest):
+    if digest is not None and not _DIGEST.fullmatch(digest):
         raise ConfigError(
             f"image {ref!r} has a malformed digest {digest!r}",
             hint="a digest is 'sha256:' followed by exactly 64 lower-case hex characters",

@@ -21,7 +21,7 @@ def check_cluster_name(name: str) -> str:
             f"cluster name {name!r} is {len(name)} characters; KubeRay allows at most {RAYCLUSTER_NAME_MAX}",
             hint="KubeRay derives pod and service names from it",
         )
-    if not DNS1035.match(name):
+    if not DNS1035.fullmatch(name):
         raise ConfigError(
             f"cluster name {name!r} is not a DNS-1035 label",
             hint="use lower-case letters, digits and '-', starting with a letter and ending with a letter or digit",
@@ -30,7 +30,7 @@ def check_cluster_name(name: str) -> str:
 
 
 def check_label_value(value: str, what: str) -> str:
-    if len(value) > _LABEL_MAX or not re.match(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", value):
+    if len(value) > _LABEL_MAX or not re.fullmatch(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", value):
         raise ConfigError(f"{what} {value!r} is not a valid Kubernetes label value")
     return value
 
@@ -44,6 +44,6 @@ def label_safe(value: str) -> str:
 
 
 def check_namespace(ns: str) -> str:
-    if not ns or len(ns) > 63 or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", ns):
+    if not ns or len(ns) > 63 or not re.fullmatch(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", ns):
         raise ConfigError(f"namespace {ns!r} is not a valid Kubernetes namespace (DNS-1123 label)")
     return ns

@@ -47,7 +47,7 @@ def entropy(text: str) -> float:
 
 
 def _high_entropy(token: str) -> bool:
-    if len(token) < MIN_SECRET_LEN or not _HIGH_ENTROPY_CHARS.match(token) or token.startswith("/"):
+    if len(token) < MIN_SECRET_LEN or not _HIGH_ENTROPY_CHARS.fullmatch(token) or token.startswith("/"):
         return False
     segments = [x for x in re.split(r"[/\-_.]+", token) if x]
     if not segments or len(token) / len(segments) < 10:  # paths and names: short words between separators

@@ -61,7 +61,7 @@ _TRUE = {"1", "true", "yes", "on"}
 def quantity_bytes(value: str) -> float:
     """A Kubernetes quantity (``512Gi``, ``200G``, ``1e3``) in bytes."""
     s = str(value).strip()
-    m = re.match(r"^([0-9.]+)([A-Za-z]*)$", s)
+    m = re.fullmatch(r"^([0-9.]+)([A-Za-z]*)$", s)
     if not m or (m.group(2) and m.group(2) not in _SUFFIX):
         raise ConfigError(f"{value!r} is not a Kubernetes quantity such as 512Gi")
     return float(m.group(1)) * (_SUFFIX[m.group(2)] if m.group(2) else 1)

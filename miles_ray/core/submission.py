@@ -41,7 +41,7 @@ def parse_env(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not sep or not re.fullmatch(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise ConfigError(f"--env {item!r} is not KEY=VALUE with a valid variable name")
         if secret_name(key):
             raise ConfigError(
@@ -112,7 +112,7 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
             raise ConfigError(f"the upstream launcher {recipe.launcher} supports at most {recipe.launcher_max_nodes} "
                               f"node(s)", hint="use --mode direct")
     image = check_image(cfg.image, cfg.allow_unpinned)[0] if cfg.image else None
-    if request.run is not None and not RUN_NAME.match(request.run):
+    if request.run is not None and not RUN_NAME.fullmatch(request.run):
         raise ConfigError(f"run name {request.run!r} is not valid",
                           hint="use lower-case letters, digits and '-', at most 40 characters")
     check_extra_args(request.extra_args)

@@ -68,7 +68,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
     valid = validate_request(cfg, request)  # bad input fails here, before anything is looked up
     chosen_backend, stored = resolve_address(cfg, address, backend)
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored))
-    existing = state.read_json(state.record_path(run)) if run and RUN_NAME.match(run) else None
+    existing = state.read_json(state.record_path(run)) if run and RUN_NAME.fullmatch(run) else None
     job = prepare_submit(cfg, valid, target, created=_now(), launchers_dir=str(launchers_dir()), existing=existing,
                          resume=_find_resume(resume_from) if resume_from else None)
     try:

@@ -104,10 +104,10 @@ def _check_request(run: str, iteration: int, version: str | None, tags: list[str
     if iteration < 0:
         raise ConfigError(f"--checkpoint {iteration} is not an iteration number")
     version = version or f"{run}-iter-{iteration}"
-    if not VERSION_NAME.match(version):
+    if not VERSION_NAME.fullmatch(version):
         raise ConfigError(f"version name {version!r} is not valid",
                           hint="lower-case letters, digits, '-', '_', '.', at most 63 characters")
-    bad_tags = [t for t in tags if not TAG.match(t)]
+    bad_tags = [t for t in tags if not TAG.fullmatch(t)]
     if bad_tags:
         raise ConfigError(f"tag(s) {', '.join(map(repr, bad_tags))} are not valid", hint="letters, digits, . _ : -")
     return version

@@ -230,3 +230,27 @@ def test_polyaxon_custom_resource_keeps_head_and_workers_aligned() -> None:
         assert mounts["/mnt/miles"] == "miles-data" and "/dev/shm" in mounts
     assert mains[1]["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert "nvidia.com/gpu" not in mains[0]["resources"]["limits"]
+
+
+def test_cpu_request_lowers_only_the_kubernetes_request() -> None:
+    """cpu_request_per_node changes the worker pods' CPU request and nothing else: the limit and Ray's
+    num-cpus (what Miles' placement group counts) keep cpus_per_node, in both the RayCluster and the
+    Polyaxon operation; the result is still a valid RayCluster and a valid pod."""
+    import kubernetes_validate
+
+    cfg, _, rc, op = _docs("Qwen3-4B", 2, 8, cpus_per_node=16, cpu_request_per_node="500m")
+    assert not list(kuberay_crd_validator().iter_errors(rc))
+    _, worker_c = head_and_worker_containers(rc)
+    assert worker_c["resources"]["requests"]["cpu"] == "500m"
+    assert worker_c["resources"]["limits"]["cpu"] == "16"
+    assert rc["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-cpus"] == "16"
+    tpl = rc["spec"]["workerGroupSpecs"][0]["template"]
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": tpl["spec"]},
+                                 "1.30", strict=True)
+    [worker] = op["component"]["run"]["workers"].values() if isinstance(op["component"]["run"]["workers"], dict) \
+        else op["component"]["run"]["workers"]
+    assert worker["container"]["resources"]["requests"]["cpu"] == "500m"
+    assert worker["container"]["resources"]["limits"]["cpu"] == "16"
+    _, _, rc_default, _ = _docs("Qwen3-4B", 2, 8, cpus_per_node=16)
+    _, w_default = head_and_worker_containers(rc_default)
+    assert w_default["resources"]["requests"]["cpu"] == w_default["resources"]["limits"]["cpu"] == "16"

@@ -27,7 +27,7 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 
 
 def check_name(name: str) -> None:
-    if not _NAME_RE.match(name or ""):
+    if not _NAME_RE.fullmatch(name or ""):
         raise ConfigError(
             f"invalid local cluster name {name!r}",
             hint="use 1-40 characters: lower-case letters, digits, '-' or '_'",

@@ -37,7 +37,7 @@ RECORD_BACKENDS = {"local": "local", "kuberay": "kubernetes", "polyaxon": "kuber
 def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto", address: str | None = None,
            timeout: float = 60, progress: Progress = None) -> dict[str, Any]:
     """Diagnose a cluster (by name) or a run (by run name). Returns findings; never raises for a finding."""
-    record = state.read_json(state.record_path(target)) if target and re.match(r"^[a-z0-9-]+$", target) else None
+    record = state.read_json(state.record_path(target)) if target and re.fullmatch(r"^[a-z0-9-]+$", target) else None
     kind = "run" if record else "cluster"
     head = address
     if record:
