@@ -7,19 +7,19 @@
 #
 # What it does: kind cluster (1 control plane + 2 workers, node image pinned by digest) -> the workers
 # become fake GPU nodes (status patch nvidia.com/gpu, label, taint) -> KubeRay operator (chart pinned)
-# -> namespace + claim miles-data -> miles-ray up --via kuberay --nodes 2 (Ray image pinned by digest)
-# -> kubectl port-forward to the head -> submit --rehearse --follow (the placement Miles would build,
-# on Ray nodes that advertise fake GPUs) -> scale --nodes 1 -> status -o json -> down -y. Every step's
-# exit code and the key JSON fields are asserted. On any exit the port-forward is killed and the kind
-# cluster deleted; on failure, diagnostics (describe, events, operator and Ray pod logs, kind logs) are
-# written to $SMOKE_ARTIFACTS_DIR first.
+# -> namespace + claim miles-data -> the miles-ray smoke sequence, scripts/smoke-sequence.sh (up --via
+# kuberay --nodes 2 with the Ray image pinned by digest -> status -> submit --rehearse through miles-ray's
+# own k8s:// port-forward, followed to SUCCEEDED -> logs -> scale --nodes 1 -> scale --nodes 2 -> down -y;
+# every step's exit code and key JSON fields asserted). The project's test suite runs that same sequence
+# on real kubelets on every change; only the kind steps of this file are not exercised there. On any exit
+# the kind cluster is deleted; on failure, diagnostics (describe, events, operator and Ray pod logs, kind
+# logs, every step's output) are written to $SMOKE_ARTIFACTS_DIR first.
 #
 # See docs/kind-smoke.md. Knobs (environment):
 #   SMOKE_GPUS_PER_NODE   fake GPUs per GPU node = Ray --num-gpus of each worker (default 2, see below)
 #   SMOKE_RAY_IMAGE_DIGEST  sha256:<64 hex> of RAY_IMAGE_TAG; unset: resolved at run time (see below)
 #   SMOKE_CLUSTER_NAME    kind cluster name (default miles-ray-smoke; must not exist yet)
 #   SMOKE_NAMESPACE       namespace for the RayCluster and the claim (default miles-smoke)
-#   SMOKE_LOCAL_PORT      local port of the port-forward to the head's dashboard (default 8265)
 #   SMOKE_MILES_RAY       the miles-ray command (default: miles-ray)
 #   SMOKE_ARTIFACTS_DIR   where diagnostics go on failure (default: a temp dir, printed)
 #   SMOKE_KEEP_CLUSTER=1  do not delete the kind cluster at the end (debugging)
@@ -58,15 +58,11 @@ RAY_IMAGE_DIGEST="${SMOKE_RAY_IMAGE_DIGEST:-}"
 GPUS_PER_NODE="${SMOKE_GPUS_PER_NODE:-2}"
 CPUS_PER_NODE=$((GPUS_PER_NODE + 1))
 WORKER_MEMORY="4Gi"
-HEAD_CPUS=1
 HEAD_MEMORY="3Gi" # GCS, dashboard, job supervisor and the rehearsal driver all run on the head
 
 CLUSTER="${SMOKE_CLUSTER_NAME:-miles-ray-smoke}"
 NS="${SMOKE_NAMESPACE:-miles-smoke}"
 NAME="smoke" # the RayCluster; KubeRay names its head service ${NAME}-head-svc
-RUN="smoke-rehearsal"
-LOCAL_PORT="${SMOKE_LOCAL_PORT:-8265}"
-ADDRESS="http://127.0.0.1:${LOCAL_PORT}"
 read -r -a MILES_RAY <<<"${SMOKE_MILES_RAY:-miles-ray}"
 
 WORKDIR="$(mktemp -d "${TMPDIR:-/tmp}/kind-smoke.XXXXXX")"
@@ -74,15 +70,14 @@ ARTIFACTS="${SMOKE_ARTIFACTS_DIR:-${WORKDIR}/artifacts}"
 # Everything this run touches lives in WORKDIR: its own kubeconfig (never ~/.kube/config), its own
 # miles-ray config and run records.
 export KUBECONFIG="${WORKDIR}/kubeconfig"
-export MILES_RAY_CONFIG="${WORKDIR}/miles-ray.yaml"
-export MILES_RAY_STATE_DIR="${WORKDIR}/state"
+export MILES_RAY_CONFIG="${WORKDIR}/sequence/miles-ray.yaml" # written by scripts/smoke-sequence.sh
+export MILES_RAY_STATE_DIR="${WORKDIR}/sequence/state"
 # The head in the pod runs without Ray token auth (no token in the image); say so for the client too,
 # instead of depending on whatever ~/.ray/auth_token holds on this machine.
 export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0
 
 CREATED_CLUSTER=0
-PF_PID=""
 STEP=""
 
 log() { printf '%s kind-smoke: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -123,17 +118,10 @@ mr() { "${MILES_RAY[@]}" "$@"; }
 
 # ---- cleanup and diagnostics ----------------------------------------------------------------------
 
-stop_port_forward() {
-    if [[ -n "${PF_PID}" ]]; then
-        kill "${PF_PID}" 2>/dev/null || true
-        wait "${PF_PID}" 2>/dev/null || true
-        PF_PID=""
-    fi
-}
-
 collect_diagnostics() {
     mkdir -p "${ARTIFACTS}"
     log "collecting diagnostics into ${ARTIFACTS}"
+    cp -r "${WORKDIR}"/sequence "${ARTIFACTS}/" 2>/dev/null || true
     cp -r "${WORKDIR}"/*.json "${WORKDIR}"/*.log "${WORKDIR}"/*.txt "${WORKDIR}"/*.yaml "${ARTIFACTS}/" 2>/dev/null || true
     [[ -d "${MILES_RAY_STATE_DIR}" ]] && cp -r "${MILES_RAY_STATE_DIR}" "${ARTIFACTS}/miles-ray-state" 2>/dev/null
     [[ -f "${KUBECONFIG}" ]] || return 0
@@ -168,7 +156,6 @@ collect_diagnostics() {
 on_exit() {
     local rc=$?
     set +e
-    stop_port_forward
     if [[ "${rc}" -ne 0 ]]; then
         collect_diagnostics
     fi
@@ -223,34 +210,6 @@ make_fake_gpu_node() {
 
 gpu_allocatable() {
     kubectl get node "$1" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}'
-}
-
-start_port_forward() {
-    if curl -s -o /dev/null --max-time 2 "${ADDRESS}/"; then
-        die "something already listens on 127.0.0.1:${LOCAL_PORT} (a local Ray dashboard?): pick another SMOKE_LOCAL_PORT"
-    fi
-    kubectl -n "${NS}" port-forward "svc/${NAME}-head-svc" "${LOCAL_PORT}:8265" >>"${WORKDIR}/port-forward.log" 2>&1 &
-    PF_PID=$!
-    local _
-    for _ in $(seq 1 60); do
-        kill -0 "${PF_PID}" 2>/dev/null || die "kubectl port-forward exited: $(tail -5 "${WORKDIR}/port-forward.log")"
-        if curl -sf --max-time 2 "${ADDRESS}/api/version" >"${WORKDIR}/ray-version.json" 2>/dev/null; then
-            log "port-forward ${ADDRESS} -> svc/${NAME}-head-svc:8265 (pid ${PF_PID})"
-            return 0
-        fi
-        sleep 1
-    done
-    die "the Ray dashboard did not answer through the port-forward within 60s"
-}
-
-# The run records point at ADDRESS; scale asks that address whether the run is still going.
-ensure_port_forward() {
-    if [[ -n "${PF_PID}" ]] && kill -0 "${PF_PID}" 2>/dev/null && curl -sf --max-time 3 "${ADDRESS}/api/version" >/dev/null; then
-        return 0
-    fi
-    log "port-forward is gone; restarting it"
-    stop_port_forward
-    start_port_forward
 }
 
 # ==== 0. prerequisites =============================================================================
@@ -411,104 +370,17 @@ spec:
 EOF
 kubectl -n "${NS}" wait --for=jsonpath='{.status.phase}'=Bound pvc/miles-data --timeout=60s
 
-# ==== 6. miles-ray config ==========================================================================
-cat >"${MILES_RAY_CONFIG}" <<EOF
-# generated by scripts/kind-smoke.sh
-name: ${NAME}
-namespace: ${NS}
-gpus_per_node: ${GPUS_PER_NODE}
-cpus_per_node: ${CPUS_PER_NODE}
-memory_per_node: ${WORKER_MEMORY}
-head_cpus: ${HEAD_CPUS}
-head_memory: ${HEAD_MEMORY}
-volume_claim: miles-data
-EOF
-
-# ==== 7. preflight against the real nodes ==========================================================
-step "preflight (miles-ray up --dry-run)"
-# more GPU nodes than exist (a feasible split, 4 nodes): refused by the preflight with exit 1, nothing created
-rc=0
-mr up --via kuberay --nodes 4 --image "${RAY_IMAGE}" --ray-version "${RAY_VERSION}" --namespace "${NS}" \
-    --name "${NAME}" --dry-run client -o json >"${WORKDIR}/preflight-too-many.json" 2>"${WORKDIR}/preflight-too-many.txt" || rc=$?
-if [[ "${rc}" -ne 1 ]] || ! grep -q "not enough GPU nodes" "${WORKDIR}/preflight-too-many.txt"; then
-    die "up --nodes 4 on 2 GPU nodes: exit ${rc}, expected 1 with 'not enough GPU nodes': $(cat "${WORKDIR}/preflight-too-many.txt")"
-fi
-log "ok: preflight refuses 4 GPU nodes on a cluster with 2"
-expect 0 "${WORKDIR}/dry-run.json" mr up --via kuberay --nodes 2 --image "${RAY_IMAGE}" \
-    --ray-version "${RAY_VERSION}" --namespace "${NS}" --name "${NAME}" --dry-run server -o json
-check "${WORKDIR}/dry-run.json" '.dry_run == "server" and .created == false' "server dry run, nothing created"
-check "${WORKDIR}/dry-run.json" '.preflight.gpu_nodes == 2 and .preflight.gpu_nodes_fitting == 2' "preflight sees 2 fitting GPU nodes"
-check "${WORKDIR}/dry-run.json" '.preflight.crd_versions | index("v1") != null' "RayCluster CRD serves v1"
-
-# ==== 8. up ========================================================================================
-step "miles-ray up --via kuberay --nodes 2"
-expect 0 "${WORKDIR}/up.json" mr up --via kuberay --nodes 2 --image "${RAY_IMAGE}" \
-    --ray-version "${RAY_VERSION}" --namespace "${NS}" --name "${NAME}" --timeout 900 -o json
-check "${WORKDIR}/up.json" '.created == true and .via == "kuberay" and .name == "smoke"' "RayCluster created directly (KubeRay)"
-check "${WORKDIR}/up.json" '.status.desired_workers == 2 and .status.ready_workers == 2' "2 of 2 GPU workers ready"
-check "${WORKDIR}/up.json" ".status.gpus_per_worker == ${GPUS_PER_NODE} and .status.desired_gpus == $((2 * GPUS_PER_NODE))" "KubeRay counts the fake GPUs"
-check "${WORKDIR}/up.json" ".status.ray.gpu_node_count == 2 and .status.ray.gpus_per_node == [${GPUS_PER_NODE}]" "Ray sees 2 nodes advertising ${GPUS_PER_NODE} GPUs"
-check "${WORKDIR}/up.json" '.status.ray.head.gpus == 0 and .status.ray.head.cpus == 0' "the Ray head advertises no GPU and no CPU"
-kubectl -n "${NS}" get pods -l "ray.io/cluster=${NAME}" -o json >"${WORKDIR}/pods-after-up.json"
-check "${WORKDIR}/pods-after-up.json" \
-    "[.items[] | select(.metadata.labels[\"ray.io/node-type\"] == \"head\") | .spec.nodeName] == [\"${CONTROL_PLANE}\"]" \
-    "the head pod runs on the control plane"
-workers_on="$(jq -r '[.items[] | select(.metadata.labels["ray.io/node-type"] == "worker") | .spec.nodeName] | sort | join(" ")' \
-    "${WORKDIR}/pods-after-up.json")"
-[[ "${workers_on}" == "$(printf '%s\n' "${WORKERS[@]}" | sort | paste -sd' ' -)" ]] ||
-    die "worker pods run on '${workers_on}', expected one on each of ${WORKERS[*]}"
-log "ok: worker pods on ${workers_on}"
-
-# ==== 9. rehearsal through the Ray Jobs API ========================================================
-step "port-forward svc/${NAME}-head-svc ${LOCAL_PORT}:8265"
-start_port_forward
-check "${WORKDIR}/ray-version.json" ".ray_version == \"${RAY_VERSION}\"" "the head runs Ray ${RAY_VERSION}"
-
-step "miles-ray submit --rehearse --nodes 2 --follow"
-expect 0 "${WORKDIR}/rehearsal.log" mr submit --rehearse --nodes 2 --address "${ADDRESS}" --run "${RUN}" \
-    --image "${RAY_IMAGE}" --ray-version "${RAY_VERSION}" --timeout 300 --follow
-grep '^REHEARSAL_RESULT ' "${WORKDIR}/rehearsal.log" | tail -1 | cut -d' ' -f2- >"${WORKDIR}/rehearsal-result.json" || true
-[[ -s "${WORKDIR}/rehearsal-result.json" ]] || die "no REHEARSAL_RESULT line in the job's logs"
-check "${WORKDIR}/rehearsal-result.json" '.ok == true and .errors == []' "the rehearsal passed every placement check"
-check "${WORKDIR}/rehearsal-result.json" \
-    "(.nodes | length) == 2 and all(.nodes[]; .bundles == ${GPUS_PER_NODE} and .gpus == ${GPUS_PER_NODE})" \
-    "${GPUS_PER_NODE} GPU bundles on each of the 2 Ray worker nodes"
-expect 0 "${WORKDIR}/run-status.json" mr status "${RUN}" -o json
-check "${WORKDIR}/run-status.json" '.status == "SUCCEEDED" and .mode == "rehearse"' "the run's job SUCCEEDED"
-# submitting the same run again returns the existing job instead of starting a second one
-expect 0 "${WORKDIR}/resubmit.json" mr submit --rehearse --nodes 2 --address "${ADDRESS}" --run "${RUN}" \
-    --image "${RAY_IMAGE}" --ray-version "${RAY_VERSION}" --no-follow -o json
-check "${WORKDIR}/resubmit.json" '.created == false and .status == "SUCCEEDED"' "re-submit is idempotent"
-
-# ==== 10. scale ====================================================================================
-step "miles-ray scale --nodes 1"
-ensure_port_forward
-expect 0 "${WORKDIR}/scale.json" mr scale --nodes 1 --backend kubernetes --timeout 300 -o json
-check "${WORKDIR}/scale.json" '.from == 2 and .to == 1' "scaled from 2 to 1"
-check "${WORKDIR}/scale.json" '.desired_workers == 1 and .ready_workers == 1' "1 of 1 GPU worker ready"
-check "${WORKDIR}/scale.json" '.recommended_split.feasible == true' "the split for 1 node is feasible"
-
-# ==== 11. status ===================================================================================
-step "miles-ray status -o json"
-# Ray marks the removed worker DEAD a moment after its pod is gone: poll until it has.
-for _ in $(seq 1 30); do
-    expect 0 "${WORKDIR}/status.json" mr status --backend kubernetes --ray -o json >/dev/null
-    jq -e '.ray_nodes_alive == 2' "${WORKDIR}/status.json" >/dev/null && break
-    sleep 2
-done
-check "${WORKDIR}/status.json" '.name == "smoke" and .via == "kuberay" and .raycluster == "smoke"' "status names the cluster"
-check "${WORKDIR}/status.json" '.desired_workers == 1 and .ready_workers == 1' "1 GPU worker desired and ready"
-check "${WORKDIR}/status.json" ".gpus_per_worker == ${GPUS_PER_NODE} and .desired_gpus == ${GPUS_PER_NODE} and .ready_gpus == ${GPUS_PER_NODE}" \
-    "${GPUS_PER_NODE} GPUs desired and ready"
-check "${WORKDIR}/status.json" ".ray_nodes_alive == 2 and .ray_gpus == ${GPUS_PER_NODE}" "Ray: head + 1 worker alive, ${GPUS_PER_NODE} GPUs"
-check "${WORKDIR}/status.json" '.head_service == "smoke-head-svc"' "head service name"
-
-# ==== 12. down =====================================================================================
-step "miles-ray down -y"
-stop_port_forward
-expect 0 "${WORKDIR}/down.json" mr down -y --backend kubernetes -o json
-check "${WORKDIR}/down.json" '.deleted == true and (has("pods_remaining") | not)' "RayCluster deleted and its pods gone"
-[[ -z "$(kubectl -n "${NS}" get rayclusters -o name)" ]] || die "a RayCluster is left in ${NS}"
+# ==== 6. the miles-ray smoke sequence (shared with the real_pods test tier) ========================
+# preflight -> up --via kuberay --nodes 2 -> status -> submit --rehearse through k8s:// -> logs -> scale
+# --nodes 1 -> scale --nodes 2 -> down -y: scripts/smoke-sequence.sh, the same script the project's own
+# test suite runs on every change (tests/realpods/), so only the kind steps above are unique to this file.
+step "miles-ray smoke sequence (scripts/smoke-sequence.sh)"
+SMOKE_IMAGE="${RAY_IMAGE}" SMOKE_RAY_VERSION="${RAY_VERSION}" SMOKE_NAMESPACE="${NS}" SMOKE_NAME="${NAME}" \
+    SMOKE_GPUS_PER_NODE="${GPUS_PER_NODE}" SMOKE_WORKER_MEMORY="${WORKER_MEMORY}" SMOKE_HEAD_MEMORY="${HEAD_MEMORY}" \
+    SMOKE_HEAD_NODE="${CONTROL_PLANE}" SMOKE_GPU_NODES="${WORKERS[*]}" SMOKE_WORKDIR="${WORKDIR}/sequence" \
+    SMOKE_MILES_RAY="${MILES_RAY[*]}" "$(dirname "${BASH_SOURCE[0]}")/smoke-sequence.sh" ||
+    die "the smoke sequence failed (its outputs: ${WORKDIR}/sequence)"
 kubectl -n "${NS}" get pvc miles-data >/dev/null || die "down deleted the claim miles-data (it must never touch storage)"
+[[ -z "$(kubectl -n "${NS}" get rayclusters -o name)" ]] || die "a RayCluster is left in ${NS}"
 log "ok: no RayCluster left; claim miles-data kept"
 STEP=""

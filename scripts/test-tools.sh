@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install the linters the unit tier runs (tests/unit/test_kind_smoke_lint.py), once:
-#   - ShellCheck from its Debian package (apt-get), unless one is already on PATH;
+# Install the tools the tests run, once:
+#   - ShellCheck (the lint tests) and jq (the smoke sequence) from Debian's packages, unless on PATH;
 #   - actionlint built from its Go module into the versioned cache
 #     ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/bin/actionlint-<version>, unless it is there.
 # Quiet and quick when both are present (nothing is downloaded or built). A tool that cannot be had is named
@@ -28,22 +28,23 @@ as_root() {
     fi
 }
 
-install_shellcheck() {
-    command -v shellcheck >/dev/null 2>&1 && return 0
-    command -v apt-get >/dev/null 2>&1 || { log "shellcheck: not installed and no apt-get here"; return 1; }
-    local out
+# install_deb COMMAND PACKAGE: the Debian package PACKAGE, unless COMMAND is already on PATH.
+install_deb() {
+    local cmd="$1" pkg="$2" out
+    command -v "${cmd}" >/dev/null 2>&1 && return 0
+    command -v apt-get >/dev/null 2>&1 || { log "${pkg}: not installed and no apt-get here"; return 1; }
     out="$(mktemp)"
     # the package lists may be empty (fresh image): update them once, then install
-    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >"${out}" 2>&1; then
+    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg}" >"${out}" 2>&1; then
         as_root apt-get update -qq >>"${out}" 2>&1 || true
-        if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >>"${out}" 2>&1; then
-            log "shellcheck: apt-get install failed: $(tail -n 1 "${out}")"
+        if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg}" >>"${out}" 2>&1; then
+            log "${pkg}: apt-get install failed: $(tail -n 1 "${out}")"
             rm -f "${out}"
             return 1
         fi
     fi
     rm -f "${out}"
-    log "installed shellcheck $(shellcheck --version | sed -n 's/^version: //p') (Debian)"
+    log "installed ${pkg} (Debian)"
 }
 
 find_go() {
@@ -72,7 +73,8 @@ install_actionlint() {
     log "built actionlint ${ACTIONLINT_VERSION} into ${ACTIONLINT}"
 }
 
-install_shellcheck || missing+=(shellcheck)
+install_deb shellcheck shellcheck || missing+=(shellcheck)
+install_deb jq jq || missing+=(jq)  # the smoke sequence (scripts/smoke-sequence.sh) checks JSON with jq
 install_actionlint || missing+=(actionlint)
 
 if [[ ${#missing[@]} -gt 0 ]]; then

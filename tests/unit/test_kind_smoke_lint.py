@@ -21,6 +21,7 @@ import yaml
 from tests.conftest import DIGEST, REPO
 
 SMOKE = REPO / "scripts" / "kind-smoke.sh"
+SEQUENCE = REPO / "scripts" / "smoke-sequence.sh"  # the miles-ray steps, shared with tests/realpods
 WORKFLOWS = REPO / ".github" / "workflows"
 SHA_PIN = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}$")
 SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -222,8 +223,10 @@ def test_smoke_pins_the_ray_image_by_digest(smoke, smoke_vars):
         assert '[[ "${RAY_IMAGE_DIGEST}" =~ ^sha256:[0-9a-f]{64}$ ]] ||' in smoke
     assert '[[ "${RAY_IMAGE}" =~ @sha256:[0-9a-f]{64}$ ]] || die' in smoke
     # every image handed to miles-ray or pulled into a node is the pinned reference, never the bare tag
-    image_args = re.findall(r"--image\s+(\S+)", smoke)
-    assert image_args and set(image_args) == {'"${RAY_IMAGE}"'}
+    assert 'SMOKE_IMAGE="${RAY_IMAGE}"' in smoke and not re.findall(r"--image\s+(\S+)", smoke)
+    sequence = SEQUENCE.read_text(encoding="utf-8")
+    image_args = re.findall(r"--image\s+(\S+)", sequence)
+    assert image_args and set(image_args) == {'"${SMOKE_IMAGE}"'}
     assert 'crictl pull "${RAY_IMAGE}"' in smoke
 
 
@@ -248,15 +251,26 @@ def test_smoke_fake_gpu_nodes_and_cleanup(smoke):
     assert "node-role.kubernetes.io/control-plane:NoSchedule-" in smoke  # head goes to the control plane
     assert re.search(r"^trap on_exit EXIT$", smoke, re.M)
     assert 'kind delete cluster --name "${CLUSTER}"' in smoke
-    for verb in ("up --via kuberay --nodes 2", "submit --rehearse --nodes 2", "scale --nodes 1",
+    assert '"$(dirname "${BASH_SOURCE[0]}")/smoke-sequence.sh"' in smoke  # the shared sequence runs
+    sequence = SEQUENCE.read_text(encoding="utf-8")
+    assert "UP=(up --via kuberay " in sequence and 'mr "${UP[@]}" --nodes 2 --timeout' in sequence
+    for verb in ("submit --rehearse --nodes 2", "scale --nodes 1", "scale --nodes 2", "logs",
                  "status --backend kubernetes --ray -o json", "down -y"):
-        assert f"mr {verb}" in smoke, verb
+        assert f"mr {verb}" in sequence, verb
 
 
 def test_smoke_config_is_valid_and_fits_a_4_vcpu_runner(smoke, smoke_vars, cli, clean_env):
     """The miles-ray.yaml the script generates loads, plans and renders; its pods fit ubuntu-latest."""
-    values = {**smoke_vars, "NS": "miles-smoke"}
-    body = _expand(_heredoc(smoke, 'cat >"${MILES_RAY_CONFIG}" <<EOF'), values)
+    env = {"PATH": os.environ["PATH"], "SMOKE_NAMESPACE": "miles-smoke", "SMOKE_NAME": smoke_vars["NAME"],
+           "SMOKE_GPUS_PER_NODE": smoke_vars["GPUS_PER_NODE"], "SMOKE_WORKER_MEMORY": smoke_vars["WORKER_MEMORY"],
+           "SMOKE_HEAD_MEMORY": smoke_vars["HEAD_MEMORY"]}
+    for name in env:
+        if name.startswith("SMOKE_"):
+            assert f'{name}="${{' in smoke, f"kind-smoke.sh does not hand {name} to the sequence"
+    proc = subprocess.run(["bash", str(SEQUENCE), "--print-config"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    body = proc.stdout
     cfg_file = clean_env / "miles-ray.yaml"
     cfg_file.write_text(body)
     cfg = yaml.safe_load(body)
