@@ -48,7 +48,8 @@ def plan_cmd(
     Checks every split rule (Megatron parallel sizes, batch sizes, SGLang engine sizes, MoE expert
     parallelism, disaggregated capacity) and, when a request is infeasible, names each violated rule with
     its numbers and the nearest feasible node counts and layouts. Exit 0 when feasible, 2 when not.
-    No cluster and no network needed.
+    No cluster and no network needed. To see the whole job submit would send (entrypoint, runtime env,
+    run record), also offline: 'miles-ray submit ... --dry-run client'.
 
     Examples:
 
@@ -67,3 +68,5 @@ def plan_cmd(
     require_feasible(plan)  # infeasible: one clear line on stderr, exit 2
     if output is Output.table:
         plan_table(plan)
+        out.print(f"the whole job (entrypoint, runtime env, run record), still without a cluster: "
+                  f"miles-ray submit --recipe {plan.recipe} --nodes {plan.nodes} -G {plan.gpus_per_node} --dry-run client")

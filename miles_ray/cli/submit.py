@@ -12,11 +12,16 @@ from miles_ray.adapters import state
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
                                   RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, config_flags,
-                                  dump, emit, err, job_state_exit, out, progress_display)
+                                  checks_failed, dump, emit, err, job_state_exit, out, progress_display)
 from miles_ray.cli.logs import read_logs
 from miles_ray.core.config import load_config
 from miles_ray.core.entrypoint import job_env
 from miles_ray.services import jobs
+
+
+class DryRun(str, Enum):
+    client = "client"
+    server = "server"
 
 
 class Mode(str, Enum):
@@ -33,6 +38,7 @@ def submit_cmd(
     rollout_nodes: RolloutNodesOpt = None,
     rollout_gpus: RolloutGpusOpt = None,
     mode: Annotated[Mode, typer.Option("--mode", help="direct: submit train.py as the Ray job; launcher: run the upstream launcher here against the head")] = Mode.direct,
+    dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: print the job (entrypoint, runtime env, submission id, run record, output dir) and contact nothing; server: also check the head's live topology against the plan. Nothing is recorded or submitted", show_default=False)] = None,
     rehearse: Annotated[bool, typer.Option("--rehearse", help="submit the rehearsal driver instead of Miles: proves the placement on (fake) GPUs")] = False,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard / Jobs API URL [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
     backend: BackendOption = Backend.auto,
@@ -72,6 +78,7 @@ def submit_cmd(
 
     \b
       miles-ray submit --rehearse --nodes 2
+      miles-ray submit --nodes 4 --dry-run client -o json   # the exact job, no cluster needed
       miles-ray submit --run q4-try1 --nodes 4 --image radixark/miles@sha256:<64 hex>
       miles-ray submit --run q4-try2 --nodes 4 --resume-from q4-try1
     """
@@ -81,13 +88,26 @@ def submit_cmd(
                                    namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe_file=recipe_file), config)
     extra = shlex.split(extra_args) if extra_args else []
+    if dry_run is DryRun.client:  # no progress display: nothing to wait for
+        result = jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
+                             backend=backend.value, wait_for_nodes=False, timeout=timeout, env=env or [],
+                             extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
+                             model_revision=model_revision, dataset_revision=dataset_revision,
+                             num_rollout=num_rollout, check_data=check_data, dry_run="client")
+        emit(result, output, lambda: _dry_run_summary(result))
+        return
     with progress_display(f"submitting run {run}" if run else "submitting",
                           timeout=timeout if wait_for_nodes else None) as p:
         result = jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
                              backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env or [],
                              extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
                              model_revision=model_revision, dataset_revision=dataset_revision,
-                             num_rollout=num_rollout, progress=p, check_data=check_data)
+                             num_rollout=num_rollout, progress=p, check_data=check_data,
+                             dry_run=dry_run.value if dry_run else None)
+    if dry_run is not None:
+        emit(result, output, lambda: _dry_run_summary(result))
+        checks_failed("the server dry run", len(result.get("problems") or []))
+        return
     if result.get("launcher"):
         _run_launcher(cfg, result)
         return
@@ -107,6 +127,17 @@ def submit_cmd(
     if output is not Output.table:
         dump({**result, "status": final, "logs": logs}, output)
     job_state_exit(result["run"], final)
+
+
+def _dry_run_summary(result: dict) -> None:
+    out.print(f"dry run ({result['dry_run']}): run {result['run']}, job {result['submission_id']} on {result['address']} "
+              "(nothing recorded or submitted)")
+    out.print(f"entrypoint: {result['entrypoint']}")
+    env_vars = (result.get("runtime_env") or {}).get("env_vars") or {}
+    out.print("runtime env: " + ", ".join(f"{k}={v}" for k, v in sorted(env_vars.items())))
+    out.print(f"output dir {result['output_dir']}")
+    for problem in result.get("problems") or []:
+        err.print(f"[red]problem:[/] {problem}")
 
 
 def _run_launcher(cfg, result) -> None:

@@ -27,7 +27,7 @@ from miles_ray.services.probes import launchers_dir, payload_python
 Progress = Callable[[str], None] | None
 
 # parse_env (the --env rules submit applies) is part of this service's surface, with the job commands below.
-__all__ = ["exec_launcher", "job_or_none", "latest_run", "launcher_as_polyaxon_job", "live_status",
+__all__ = ["dry_run_view", "exec_launcher", "job_or_none", "latest_run", "launcher_as_polyaxon_job", "live_status",
            "parse_env", "run_logs", "run_status", "run_stop", "submit"]
 
 
@@ -57,9 +57,13 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
            backend: str, wait_for_nodes: bool, timeout: float, env: list[str], extra_args: list[str],
            resume_from: str | None, force: bool, miles_commit: str | None, model_revision: str | None,
            dataset_revision: str | None, num_rollout: int | None, progress: Progress = None,
-           check_data: bool | None = None) -> dict[str, Any]:
+           check_data: bool | None = None, dry_run: str | None = None) -> dict[str, Any]:
     """Prepare the job (no I/O), then reach the head, check it against the plan, record the run and submit.
-    ``env``: the --env KEY=VALUE items as given. Returns a summary."""
+    ``env``: the --env KEY=VALUE items as given. Returns a summary.
+
+    ``dry_run``: ``client`` returns the prepared job (entrypoint, runtime env, submission id, run record, output
+    dir) and contacts nothing; ``server`` also compares the head's live topology and Ray version with the plan.
+    Neither writes a record or submits anything."""
     request = SubmitRequest(run=run, mode=mode, rehearse=rehearse, env=list(env), extra_args=list(extra_args),
                             resume_from=resume_from, force=force, miles_commit=miles_commit,
                             model_revision=model_revision, dataset_revision=dataset_revision,
@@ -71,13 +75,38 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
     existing = state.read_json(state.record_path(run)) if run and RUN_NAME.fullmatch(run) else None
     job = prepare_submit(cfg, valid, target, created=_now(), launchers_dir=str(launchers_dir()), existing=existing,
                          resume=_find_resume(resume_from) if resume_from else None)
+    if dry_run == "client":
+        return dry_run_view(job, "client")
     try:
+        if dry_run == "server":
+            with open_head(job.address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
+                live = ray_jobs.cluster_topology(url)
+                return {**dry_run_view(job.with_head_ray_version(cfg, ray_jobs.ray_version(url)), "server"),
+                        "problems": check_topology(live, job.plan), "topology": live}
         with open_head(job.address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
             return _execute(cfg, job, url, progress)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while submitting run {job.run}; no new run record was kept",
                           hint="run the same 'miles-ray submit --run NAME' again: it finds the job if Ray had "
                                "accepted it, or submits it once (the job id is derived from the run name)") from None
+
+
+def dry_run_view(job: SubmitJob, mode: str) -> dict[str, Any]:
+    """What submit would do, in full: the job's entrypoint and runtime env at the top level (as Ray gets them)."""
+    view: dict[str, Any] = {
+        "dry_run": mode, "created": False, "run": job.run, "kind": job.kind, "submission_id": job.submission_id,
+        "address": job.address, "entrypoint": job.entrypoint, "runtime_env": job.runtime_env,
+        "metadata": job.metadata, "output_dir": job.output_dir, "record": job.record,
+        "check_data": job.check_data, "resumed_from": job.resumed_from,
+    }
+    if job.launcher_argv is not None:
+        view["launcher_argv"] = job.launcher_argv
+    if job.operation is not None:
+        view["operation"] = job.operation
+    if job.existing is not None:
+        view["existing_run"] = {"submission_id": job.existing.get("submission_id"),
+                                "output_dir": job.existing.get("output_dir")}
+    return view
 
 
 def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress) -> dict[str, Any]:

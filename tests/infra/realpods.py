@@ -158,19 +158,14 @@ class RealPods:
         return path
 
 
-def fit_to_real_nodes(raycluster: dict[str, Any], cpu_request: str = "250m") -> dict[str, Any]:
-    """A rendered RayCluster adapted to these real nodes, and nothing else changed:
-    ``imagePullPolicy: Never`` (the image exists only in the nodes' containerd) and smaller CPU
-    *requests* (each real node advertises the machine's 2 cores; limits and Ray's ``num-cpus`` keep
-    the rendered values)."""
+def fit_to_real_nodes(raycluster: dict[str, Any]) -> dict[str, Any]:
+    """A rendered RayCluster with ``imagePullPolicy: Never`` (the image exists only in the nodes'
+    containerd, no registry is reachable), and nothing else changed."""
     rc = copy.deepcopy(raycluster)
     templates = [rc["spec"]["headGroupSpec"]["template"]] + [g["template"] for g in rc["spec"]["workerGroupSpecs"]]
     for tpl in templates:
         for c in tpl["spec"].get("containers", []) + tpl["spec"].get("initContainers", []):
             c["imagePullPolicy"] = "Never"
-            req = c.get("resources", {}).get("requests")
-            if req and "cpu" in req:
-                req["cpu"] = cpu_request
     return rc
 
 

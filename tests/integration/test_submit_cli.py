@@ -266,3 +266,38 @@ def test_a_failed_job_exits_3_everywhere_and_json_is_one_document(env, cli, mile
     assert code == 3 and json.loads(out)["status"] == "FAILED" and "FAKE_TRAIN " in json.loads(out)["logs"]
     code, out, _ = cli("logs", "fails")  # without --follow: the logs as they are, exit 0
     assert code == 0 and "FAKE_TRAIN " in out
+
+
+def test_dry_run_client_contacts_nothing_and_is_the_job_submit_then_sends(env, cli, miles_root, tmp_path):
+    """--dry-run client: the exact job (entrypoint, runtime env, ids, record) with no head reachable and nothing
+    written; the job then submitted for real has that same entrypoint, id and output dir."""
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
+    code, out, err = submit(cli, "http://127.0.0.1:9", "--run", "dry-1", "--nodes", "2", "--dry-run", "client",
+                            "-o", "json")  # port 9: nothing listens there
+    assert code == 0, err
+    dry = json.loads(out)
+    assert dry["dry_run"] == "client" and dry["created"] is False and dry["kind"] == "ray-job"
+    assert dry["runtime_env"]["env_vars"]["MILES_SCRIPT_EXTERNAL_RAY"] == "1"
+    assert dry["entrypoint"].startswith("bash -c ") and "--actor-num-nodes 2" in dry["entrypoint"]
+    assert list((tmp_path / "state").rglob("dry-1*")) == []  # no run record
+    code, out, err = submit(cli, env.address, "--run", "dry-1", "--nodes", "2", "--no-follow", "-o", "json")
+    assert code == 0, err
+    real = json.loads(out)
+    assert (real["entrypoint"], real["submission_id"], real["output_dir"]) == (
+        dry["entrypoint"], dry["submission_id"], dry["output_dir"])
+    cli("stop", "dry-1", "-y")
+
+
+def test_dry_run_server_checks_the_live_topology(env, cli, miles_root, tmp_path):
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
+    code, out, err = submit(cli, env.address, "--run", "dry-2", "--nodes", "2", "--dry-run", "server", "-o", "json")
+    assert code == 0, err
+    dry = json.loads(out)
+    assert dry["dry_run"] == "server" and dry["problems"] == []
+    assert dry["record"]["ray_version"] == "2.60.0"  # the head's own Ray version, read live
+    code, out, err = submit(cli, env.address, "--run", "dry-3", "--nodes", "8", "--dry-run", "server", "-o", "json")
+    assert code == 4, err
+    dry = json.loads(out)
+    assert dry["problems"] and any("GPU" in p for p in dry["problems"]), dry["problems"]
+    assert "1 problem" in err or "problem(s)" in err
+    assert list((tmp_path / "state").rglob("dry-*")) == []

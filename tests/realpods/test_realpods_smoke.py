@@ -3,7 +3,8 @@
 One control plane + ``real-cpu-0`` (the head) + ``real-gpu-0/1`` (2 fake GPUs each), all in a
 network namespace of their own (tests/infra/realpods.py). A RayCluster rendered by
 ``miles-ray render -F kuberay`` (the local image, 2 workers x 2 GPUs) is applied as is, except
-``imagePullPolicy: Never`` and smaller CPU requests (tests.infra.realpods.fit_to_real_nodes); Ray on
+``imagePullPolicy: Never`` (tests.infra.realpods.fit_to_real_nodes; the workers' CPU request is the
+product's own ``cpu_request_per_node``: each real node has this machine's 2 CPUs); Ray on
 the head, reached through a port-forward, must list both GPU workers ALIVE on two node IPs; a job
 submitted through the Jobs API must succeed; the teardown must leave nothing on the machine.
 
@@ -19,12 +20,12 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 import yaml
 
-from tests.infra.realpods import RealPods, fakegpu, fit_to_real_nodes, realnodes, start_real_pods
+from tests.infra.realpods import RealPods, fakegpu, fit_to_real_nodes, realnodes
 
 pytestmark = pytest.mark.real_pods
 
@@ -57,13 +58,10 @@ print("SMOKE_GPU_IDS", sorted(len(r[1]) for r in res))
 """
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPods]:
-    rp = start_real_pods(tmp_path_factory.mktemp("realpods-smoke"))
-    try:
-        yield rp
-    finally:
-        rp.stop()  # idempotent: test_teardown_leaves_nothing stops it and checks
+@pytest.fixture
+def cluster(real_pods: RealPods) -> RealPods:
+    """The tier's one real-pod cluster (session fixture; tests/realpods/test_zz_teardown.py stops it)."""
+    return real_pods
 
 
 def wait_for(what: str, fn: Callable[[], Any], timeout: float, interval: float = 0.5,
@@ -106,7 +104,7 @@ def _render(cluster: RealPods, tmp_path: Path) -> dict[str, Any]:
     cfg = tmp_path / "miles-ray.yaml"
     cfg.write_text(yaml.safe_dump({
         "name": NAME, "namespace": NS, "nodes": 2, "gpus_per_node": 2,
-        "cpus_per_node": 3, "memory_per_node": "2Gi", "head_cpus": 1, "head_memory": "2Gi",
+        "cpus_per_node": 3, "cpu_request_per_node": "250m", "memory_per_node": "2Gi", "head_cpus": 1, "head_memory": "2Gi",
         "node_selector": {"milesray.io/real-node": "true"},
     }))
     out = subprocess.run(
@@ -212,15 +210,3 @@ def test_raycluster_from_render_runs_ray_on_real_nodes(cluster: RealPods, tmp_pa
     wait_for("the RayCluster's pods to be gone",
              lambda: not core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items, 120, 1)
     cluster.figures["delete_to_pods_gone_s"] = round(time.monotonic() - t, 1)
-
-
-def test_teardown_leaves_nothing(cluster: RealPods) -> None:
-    td = cluster.stop()
-    cluster.figures["teardown_s"] = round(td.seconds, 1)
-    print("\nREAL_PODS_FIGURES " + json.dumps(cluster.figures, sort_keys=True), file=sys.stderr)
-    assert td.leftovers and not any(td.leftovers.values()), td.leftovers  # no process, mount, cgroup, netns
-    # The kubelets' sysctls (and forwarding) as they were; no interface, netns, iptables rule or mount added.
-    assert realnodes.read_sysctls() == cluster.host_before["sysctls"]
-    assert td.host_changes == {}
-    assert all(v in ("stopped", "not running", "removed") or "task(s) killed" in v for v in td.stopped.values()), \
-        td.stopped

@@ -1,0 +1,265 @@
+"""The whole Kubernetes path of miles-ray on real pods: Ray really runs in KubeRay's pods on real kubelets.
+
+1. The users' smoke sequence, ``scripts/smoke-sequence.sh`` — the very script the kind workflow runs in
+   users' CI — on this tier's cluster (tests/infra/realpods.py): up (Ray check on) -> status -> submit
+   --rehearse through the ``k8s://`` port-forward -> logs -> scale 1 -> scale 2 -> down.
+2. Then, on a cluster brought up again: check-data on the head and both worker pods (missing paths named per
+   node, then all present), comm-check across the two worker pods, doctor clean, a job running on the head ->
+   scale refused -> stop -> scale allowed, the head pod deleted under ``logs -f`` (one clear line, KubeRay
+   recreates it, status says so), doctor naming an image drift, down (claim kept).
+
+What is fake here, and why: the GPUs (``nvidia.com/gpu`` in the node status, Ray's ``num-gpus``: no GPU
+on this machine) and Miles's ``train.py`` (tests/fakes/fake_train.py, named as such, placed on the shared
+volume as ``miles_root``: real training needs GPUs and Miles' image).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from tests.infra.realpods import RealPods
+
+pytestmark = pytest.mark.real_pods
+
+REPO = Path(__file__).resolve().parents[2]
+SEQUENCE = REPO / "scripts" / "smoke-sequence.sh"
+NS = "miles-smoke"
+NAME = "smoke"
+GPUS = 2
+ADDRESS = f"k8s://{NS}/{NAME}"
+
+
+def _wait(what: str, fn: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}", pytrace=False)
+
+
+def _sequence_env(rp: RealPods, workdir: Path) -> dict[str, str]:
+    """What the real-pod cluster hands the smoke sequence (kind-smoke.sh hands it the kind cluster's)."""
+    return {**os.environ,
+            "KUBECONFIG": str(rp.kubeconfig), "SMOKE_IMAGE": rp.image, "SMOKE_NAMESPACE": NS, "SMOKE_NAME": NAME,
+            "SMOKE_GPUS_PER_NODE": str(GPUS), "SMOKE_WORKER_MEMORY": "2Gi", "SMOKE_HEAD_MEMORY": "2Gi",
+            # each real node has this machine's 2 CPUs; a worker's Ray num-cpus (and CPU limit) stays 3
+            "SMOKE_CPU_REQUEST": "250m",
+            "SMOKE_HEAD_NODE": rp.cpu_nodes[0], "SMOKE_GPU_NODES": " ".join(rp.gpu_nodes),
+            "SMOKE_MILES_RAY": f"{sys.executable} -m miles_ray", "SMOKE_WORKDIR": str(workdir),
+            "SMOKE_UP_TIMEOUT": "600"}
+
+
+@pytest.fixture(scope="module")
+def ns(real_pods: RealPods) -> SimpleNamespace:
+    """Namespace miles-smoke with the claim miles-data (one directory of this machine on every node)."""
+    from kubernetes import client
+
+    api = real_pods.api_client()
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+    _wait(f"ServiceAccount {NS}/default",
+          lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(NS).items), 60)
+    volume = real_pods.shared_volume(NS, "miles-data")
+    return SimpleNamespace(api=api, core=core, crd=client.CustomObjectsApi(api), volume=volume)
+
+
+def _rayclusters(ns: SimpleNamespace) -> list[dict]:
+    return ns.crd.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"]
+
+
+def _step_seconds(stderr: str) -> dict[str, float]:
+    """Seconds per step of the sequence, from its '== step' log lines (HH:MM:SS stamps)."""
+    marks = []
+    for line in stderr.splitlines():
+        parts = line.split(" smoke: ", 1)
+        if len(parts) == 2 and (parts[1].startswith("== ") or parts[1] == "PASSED"):
+            h, m, s = (int(x) for x in parts[0][-8:].split(":"))
+            marks.append((parts[1][3:] if parts[1].startswith("== ") else "end", h * 3600 + m * 60 + s))
+    return {name: (marks[i + 1][1] - t) % 86400 for i, (name, t) in enumerate(marks[:-1])}
+
+
+def test_the_users_smoke_sequence_passes_on_real_pods(real_pods: RealPods, ns: SimpleNamespace, tmp_path: Path) -> None:
+    t = time.monotonic()
+    proc = subprocess.run(["bash", str(SEQUENCE)], env=_sequence_env(real_pods, tmp_path / "sequence"),
+                          capture_output=True, text=True, timeout=2400)
+    real_pods.figures["smoke_sequence_s"] = round(time.monotonic() - t, 1)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert proc.stderr.rstrip().endswith("smoke: PASSED"), proc.stderr[-2000:]
+    real_pods.figures["smoke_sequence_steps_s"] = _step_seconds(proc.stderr)
+    up = json.loads((tmp_path / "sequence" / "up.json").read_text())
+    assert up["status"]["ray"]["gpu_node_count"] == 2  # `up` returned only once both workers were ALIVE in Ray
+    assert not _rayclusters(ns)  # down deleted the cluster ...
+    assert ns.core.read_namespaced_persistent_volume_claim("miles-data", NS).status.phase == "Bound"  # ... not the claim
+
+
+# ---- the rest of the path, on a cluster brought up again -----------------------------------------
+
+@pytest.fixture(scope="module")
+def live(real_pods: RealPods, ns: SimpleNamespace, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """``up --via kuberay --nodes 2`` with the sequence's own config, plus a FAKE Miles (tests/fakes/fake_train.py)
+    on the shared volume as miles_root; ``mr(*args)`` runs miles-ray against it."""
+    work = tmp_path_factory.mktemp("kpath")
+    env = _sequence_env(real_pods, work)
+    config = subprocess.run(["bash", str(SEQUENCE), "--print-config"], env=env, capture_output=True, text=True,
+                            timeout=60, check=True).stdout
+    (ns.volume / "fake-miles").mkdir(exist_ok=True)
+    shutil.copy(REPO / "tests" / "fakes" / "fake_train.py", ns.volume / "fake-miles" / "train.py")
+    cfg = yaml.safe_load(config)
+    cfg.update(miles_root="/mnt/miles/fake-miles", image=real_pods.image, ray_version="2.60.0")
+    (work / "miles-ray.yaml").write_text(yaml.safe_dump(cfg))
+    run_env = {**os.environ, "KUBECONFIG": str(real_pods.kubeconfig), "MILES_RAY_CONFIG": str(work / "miles-ray.yaml"),
+               "MILES_RAY_STATE_DIR": str(work / "state"), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+    def mr(*args: str, timeout: float = 900) -> tuple[int, str, str]:
+        proc = subprocess.run([sys.executable, "-m", "miles_ray", *args], env=run_env, capture_output=True,
+                              text=True, timeout=timeout, cwd=work)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    t = time.monotonic()
+    code, out, err = mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json")
+    assert code == 0, err[-4000:]
+    real_pods.figures["up_to_workers_in_ray_s"] = round(time.monotonic() - t, 1)
+    return SimpleNamespace(mr=mr, env=run_env, work=work, **vars(ns))
+
+
+def _json(code_out_err: tuple[int, str, str], want: int = 0) -> dict:
+    code, out, err = code_out_err
+    assert code == want, f"exit {code} (want {want}): {err[-3000:]}"
+    return json.loads(out)
+
+
+def test_check_data_names_each_missing_path_per_node_then_passes(live: SimpleNamespace) -> None:
+    rep = _json(live.mr("check-data", "--address", ADDRESS, "-o", "json"), want=4)
+    assert rep["ok"] is False
+    roles = sorted(n["role"] for n in rep["nodes"])
+    assert roles == ["head", "worker", "worker"], rep["nodes"]  # the head and every GPU worker pod answered
+    assert len({n["node_ip"] for n in rep["nodes"]}) == 3
+    wanted = {m["path"] for n in rep["nodes"] for m in n["missing"]}
+    assert wanted and all(p.startswith("/mnt/miles/") for p in wanted), wanted
+    for n in rep["nodes"]:  # each node reports the same inputs missing: one shared volume
+        assert {m["path"] for m in n["missing"]} == wanted
+    assert rep["same_storage"] is True  # a token written on one pod is read on the others
+    for p in wanted:  # create what was named, through the volume's directory on this machine
+        local = live.volume / Path(p).relative_to("/mnt/miles")
+        if local.suffix in (".jsonl", ".json", ".parquet", ".txt"):
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text("{}\n")
+        else:
+            local.mkdir(parents=True, exist_ok=True)
+    rep = _json(live.mr("check-data", "--address", ADDRESS, "-o", "json"))
+    assert rep["ok"] is True and rep["missing"] == []
+
+
+def test_comm_check_across_the_two_worker_pods(live: SimpleNamespace, real_pods: RealPods) -> None:
+    t = time.monotonic()
+    rep = _json(live.mr("comm-check", "--address", ADDRESS, "--size-mb", "4", "-o", "json"))
+    real_pods.figures["comm_check_s"] = round(time.monotonic() - t, 1)
+    assert rep["ok"] is True, rep
+    pods = {p.status.pod_ip for p in live.core.list_namespaced_pod(
+        NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=worker").items}
+    assert {n["node_ip"] for n in rep["nodes"]} == pods, rep["nodes"]  # one rank in each worker pod
+    assert all(n.get("seconds") is not None or n.get("gbps") is not None for n in rep["nodes"]), rep["nodes"]
+
+
+def test_doctor_is_clean_on_a_healthy_cluster(live: SimpleNamespace) -> None:
+    rep = _json(live.mr("doctor", NAME, "--backend", "kubernetes", "-o", "json"))
+    problems = [f for f in rep["findings"] if f["status"] == "problem"]
+    assert not problems, problems
+    found = {f["check"]: f["status"] for f in rep["findings"]}
+    assert found["image_drift"] == "ok" and found["pods_pending"] == "ok" and found["data"] == "ok", found
+
+
+def test_scale_is_refused_under_a_running_job_then_allowed(live: SimpleNamespace) -> None:
+    rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "held", "--no-check-data",
+                        "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json"))
+    assert rec["created"] is True
+    _wait("the job to be RUNNING", lambda: json.loads(live.mr("status", "held", "-o", "json")[1] or "{}")
+          .get("status") == "RUNNING", 180)
+    code, out, err = live.mr("scale", "--nodes", "1", "--backend", "kubernetes", "--timeout", "300")
+    assert code != 0 and "held" in err, (code, out, err)  # refused, naming the running job
+    assert len(_rayclusters(live)) == 1
+    assert _rayclusters(live)[0]["spec"]["workerGroupSpecs"][0]["replicas"] == 2  # nothing changed
+    code, out, err = live.mr("stop", "held", "-y")
+    assert code == 0, err
+    scaled = _json(live.mr("scale", "--nodes", "1", "--backend", "kubernetes", "--timeout", "600", "-o", "json"))
+    assert scaled["from"] == 2 and scaled["to"] == 1 and scaled["ready_workers"] == 1
+    scaled = _json(live.mr("scale", "--nodes", "2", "--backend", "kubernetes", "--timeout", "600", "-o", "json"))
+    assert scaled["to"] == 2 and scaled["ready_workers"] == 2
+
+
+def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: RealPods) -> None:
+    rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "headloss", "--no-check-data",
+                        "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json"))
+    assert rec["created"] is True
+    follower = subprocess.Popen([sys.executable, "-m", "miles_ray", "logs", "headloss", "-f"], env=live.env,
+                                cwd=live.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(follower.stdout), daemon=True)
+    reader.start()
+    try:
+        # delete the head only once logs -f streams the job's output (the fake trainer's first line)
+        _wait("logs -f to stream the job's output", lambda: any("FAKE_TRAIN" in ln for ln in lines), 240)
+        [head] = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items
+        old_head = head.metadata.name
+        t = time.monotonic()
+        live.core.delete_namespaced_pod(old_head, NS, grace_period_seconds=0)
+        follower.wait(timeout=300)
+        err = follower.stderr.read()
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    real_pods.figures["head_deleted_to_logs_exit_s"] = round(time.monotonic() - t, 1)
+    assert follower.returncode not in (0, None)
+    last = [ln for ln in err.splitlines() if ln.strip()][-1:]
+    assert last and "head" in last[0].lower(), err[-3000:]  # one clear line naming the lost head
+    assert "Traceback" not in err
+
+    def new_head_running() -> str | None:
+        pods = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items
+        ok = [p for p in pods if p.metadata.name != old_head and p.status.phase == "Running"
+              and p.metadata.deletion_timestamp is None]
+        return ok[0].metadata.name if ok else None
+
+    new_head = _wait("KubeRay to recreate the head pod", new_head_running, 300)
+    st = _wait("status to show the new head", lambda: (s := json.loads(live.mr(
+        "status", "--backend", "kubernetes", "-o", "json")[1] or "{}")) and any(
+        p.get("name") == new_head for p in s.get("pods", [])) and s, 120)
+    assert old_head not in {p.get("name") for p in st["pods"]}
+
+
+def test_doctor_names_an_image_drift(live: SimpleNamespace) -> None:
+    other = "milesray.local/other:1@sha256:" + "7a" * 32
+    live.crd.patch_namespaced_custom_object(
+        "ray.io", "v1", NS, "rayclusters", NAME,
+        [{"op": "replace", "path": "/spec/workerGroupSpecs/0/template/spec/containers/0/image", "value": other}],
+        _content_type="application/json-patch+json")
+    rep = _json(live.mr("doctor", NAME, "--backend", "kubernetes", "-o", "json"), want=4)
+    drift = next(f for f in rep["findings"] if f["check"] == "image_drift")
+    assert drift["status"] == "problem"
+    assert "head and worker groups name different images" in drift["summary"]
+    assert any("imageID" in e for e in drift["evidence"])  # real kubelets report what each pod runs
+
+
+def test_down_deletes_the_cluster_and_keeps_the_claim(live: SimpleNamespace) -> None:
+    res = _json(live.mr("down", "-y", "--backend", "kubernetes", "-o", "json"))
+    assert res["deleted"] is True
+    assert not _rayclusters(live)
+    _wait("the pods to be gone", lambda: not live.core.list_namespaced_pod(
+        NS, label_selector=f"ray.io/cluster={NAME}").items, 180)
+    assert live.core.read_namespaced_persistent_volume_claim("miles-data", NS).status.phase == "Bound"
