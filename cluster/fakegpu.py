@@ -556,7 +556,7 @@ def _create_node(api: Api, manifest: dict[str, Any]) -> None:
 
 
 def _node_ready(node: dict[str, Any]) -> bool:
-    for c in node.get("status", {}).get("conditions", []) or []:
+    for c in (node.get("status") or {}).get("conditions") or []:
         if c.get("type") == "Ready":
             return c.get("status") == "True"
     return False
@@ -877,7 +877,7 @@ def up(
                 code, crd = api.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
                 if code != 200:
                     return False
-                conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+                conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
                 if conds.get("Established") != "True":
                     return False
             return True

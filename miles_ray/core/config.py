@@ -222,6 +222,13 @@ class MilesRayConfig(BaseModel):
                 "refuses a CPU request above the limit; lower the request or raise cpus_per_node")
         return self
 
+    @property
+    def worker_cpu_request(self) -> float:
+        """CPUs the scheduler must find free for one GPU worker pod (its CPU request)."""
+        if self.cpu_request_per_node is not None:
+            return cpu_millis(self.cpu_request_per_node) / 1000
+        return float(self.cpus_per_node)
+
     # derived paths
     @property
     def claim(self) -> str:

@@ -64,7 +64,7 @@ def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling
     if not reconciling:
         cap = kube.gpu_capacity(api_client, cfg.node_selector,
                                 [t.model_dump(exclude_none=True) for t in cfg.tolerations])
-        cpu = float(cfg.cpus_per_node)
+        cpu = cfg.worker_cpu_request
         mem = kube.quantity(cfg.memory_per_node)
         fitting = cap.fitting(cfg.gpus_per_node, cpu, mem)
         report["gpu_nodes"] = len(cap.nodes)
@@ -75,15 +75,18 @@ def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling
             excluded = [n for n in cap.nodes if not n.eligible]
             detail = [f"{len(cap.nodes)} node(s) have {kube.GPU}",
                       f"{len(eligible)} match the node selector and tolerations",
-                      f"{len(fitting)} have {cfg.gpus_per_node} GPUs, {cfg.cpus_per_node} CPUs and "
+                      f"{len(fitting)} have {cfg.gpus_per_node} GPUs, {cpu:g} CPUs and "
                       f"{cfg.memory_per_node} free"]
             if busy:
-                detail.append("busy: " + ", ".join(f"{n.name} ({n.gpus_free:g} GPUs free)" for n in busy[:5]))
+                detail.append("too full: " + ", ".join(
+                    f"{n.name} ({n.gpus_free:g} GPUs, {n.cpu_free:g} CPUs, {n.memory_free / 2**30:.1f}Gi free)"
+                    for n in busy[:5]))
             if excluded:
                 detail.append("excluded: " + ", ".join(f"{n.name} ({n.why_not})" for n in excluded[:5]))
             raise ClusterError(f"not enough GPU nodes: need {nodes} with {cfg.gpus_per_node} free {kube.GPU} each; "
                                + "; ".join(detail),
-                               hint="use fewer --nodes, free GPUs, or fix node_selector/tolerations")
+                               hint="use fewer --nodes, free GPUs, fix node_selector/tolerations, or ask less per "
+                                    "pod (memory_per_node, cpu_request_per_node)")
     return report
 
 
@@ -328,7 +331,7 @@ def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_r
         "ready_workers": ready, "gpus_per_worker": gpus_per_worker,
         "desired_gpus": int(kube.quantity(st.get("desiredGPU", 0))), "ready_gpus": ready * gpus_per_worker,
         "state": st.get("state"), "conditions": [
-            {k: c.get(k) for k in ("type", "status", "reason", "message")} for c in st.get("conditions", [])],
+            {k: c.get(k) for k in ("type", "status", "reason", "message")} for c in st.get("conditions") or []],
         "generation": rc["metadata"].get("generation"), "observed_generation": st.get("observedGeneration"),
         "pods": pods, "head_service": f"{name}-head-svc",
         "dashboard_url": f"http://{name}-head-svc.{cfg.namespace}.svc:8265",
@@ -374,7 +377,7 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
         _refuse_shrink(cfg, name, nodes)
     if now is not None and nodes > now:
         preflight_grow = kube.gpu_capacity(api, cfg.node_selector, [t.model_dump(exclude_none=True) for t in cfg.tolerations])
-        fit = preflight_grow.fitting(cfg.gpus_per_node, float(cfg.cpus_per_node), kube.quantity(cfg.memory_per_node))
+        fit = preflight_grow.fitting(cfg.gpus_per_node, cfg.worker_cpu_request, kube.quantity(cfg.memory_per_node))
         if len(fit) < nodes - now:
             raise ClusterError(f"not enough free GPU nodes to grow from {now} to {nodes}: {len(fit)} fit",
                                hint="use a smaller --nodes or free GPUs")

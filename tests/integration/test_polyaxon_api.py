@@ -209,9 +209,10 @@ class _Flaky:
     """A real HTTP front on 127.0.0.1 that answers 503 to the first ``failures`` requests, then
     forwards to the sandbox."""
 
-    def __init__(self, upstream: str, failures: int, lose_posts: int = 0) -> None:
+    def __init__(self, upstream: str, failures: int, lose_posts: int = 0, refuse_posts: int = 0) -> None:
         self.upstream, self.failures, self.seen = upstream, failures, 0
         self.lose_posts = lose_posts  # forward this many POSTs, then answer 502 (response lost)
+        self.refuse_posts = refuse_posts  # answer 405 to this many POSTs without forwarding (as the sandbox does)
         flaky = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -221,6 +222,14 @@ class _Flaky:
             def _handle(self):
                 flaky.seen += 1
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+                if self.command == "POST" and flaky.refuse_posts > 0:
+                    flaky.refuse_posts -= 1
+                    self.send_response(405)
+                    self.send_header("Allow", "GET, HEAD, OPTIONS")
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(b'{"detail": "Method \\"POST\\" not allowed."}')
+                    return
                 if flaky.seen <= flaky.failures:
                     self.send_response(503)
                     self.send_header("Content-Type", "application/json")
@@ -264,8 +273,8 @@ class _Flaky:
 def flaky(polyaxon_server) -> Iterator:
     made = []
 
-    def make(failures: int, lose_posts: int = 0) -> _Flaky:
-        f = _Flaky(polyaxon_server.host, failures, lose_posts)
+    def make(failures: int, lose_posts: int = 0, refuse_posts: int = 0) -> _Flaky:
+        f = _Flaky(polyaxon_server.host, failures, lose_posts, refuse_posts)
         made.append(f)
         return f
 
@@ -297,4 +306,15 @@ def test_create_retried_after_lost_response_does_not_duplicate(flaky, project, p
     run_uuid = api.create_operation(OWNER, project, miles_operation(), name="retried")
     direct = pa.PolyaxonApi(polyaxon_server.host)
     rc_list = direct.run_client(OWNER, project).list(query="name:retried", limit=10).results
+    assert [r.uuid for r in rc_list] == [run_uuid]
+
+
+def test_create_refused_with_405_is_retried_once_created(flaky, project, polyaxon_server):
+    # the sandbox's 405 to a POST served beside another POST: nothing was created, so the retry creates it, once
+    front = flaky(failures=0, refuse_posts=2)
+    api = pa.PolyaxonApi(front.host, retries=3, backoff=0.05)
+    run_uuid = api.create_operation(OWNER, project, miles_operation(), name="refused")
+    assert front.refuse_posts == 0  # both 405s were answered, then the create went through
+    direct = pa.PolyaxonApi(polyaxon_server.host)
+    rc_list = direct.run_client(OWNER, project).list(query="name:refused", limit=10).results
     assert [r.uuid for r in rc_list] == [run_uuid]

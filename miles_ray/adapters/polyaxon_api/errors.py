@@ -31,13 +31,22 @@ def status_of(e: BaseException) -> int | None:
         return None
 
 
+RETRYABLE_4XX = {
+    429,  # too many requests
+    # Method Not Allowed: the request was not handled, so repeating it cannot duplicate anything. Polyaxon's
+    # sandbox (haupt, one worker) answers 405 to a POST that arrives while it serves another POST (its own
+    # cron thread POSTs every ~2 s): seen on up to half of the creates on a loaded machine.
+    405,
+}
+
+
 def is_retryable(e: BaseException) -> bool:
-    """Connection errors, timeouts, 5xx and 429 are worth another attempt."""
+    """Connection errors, timeouts, 5xx, 429 and 405 (see RETRYABLE_4XX) are worth another attempt."""
     import urllib3.exceptions
 
     status = status_of(e)
     if status is not None and status != 0:
-        return status >= 500 or status == 429
+        return status >= 500 or status in RETRYABLE_4XX
     cause = e.__cause__ or e
     return isinstance(cause, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError))
 
