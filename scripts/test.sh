@@ -24,7 +24,7 @@ fi
 export RAY_USAGE_STATS_ENABLED=0
 
 set +e
-.venv/bin/python -m pytest "${@:-tests}" -p no:cacheprovider
+.venv/bin/python -m pytest "${@:-tests}" -p no:cacheprovider --durations=25
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -117,8 +117,10 @@ def live(real_pods: RealPods, ns: SimpleNamespace, tmp_path_factory: pytest.Temp
     env = _sequence_env(real_pods, work)
     config = subprocess.run(["bash", str(SEQUENCE), "--print-config"], env=env, capture_output=True, text=True,
                             timeout=60, check=True).stdout
-    (ns.volume / "fake-miles").mkdir(exist_ok=True)
+    (ns.volume / "fake-miles" / "scripts" / "models").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "tests" / "fakes" / "fake_train.py", ns.volume / "fake-miles" / "train.py")
+    # the model-args script direct mode sources, as a Miles checkout has it
+    (ns.volume / "fake-miles" / "scripts" / "models" / "qwen3-4B.sh").write_text("MODEL_ARGS=(--num-layers 36)\n")
     cfg = yaml.safe_load(config)
     cfg.update(miles_root="/mnt/miles/fake-miles", image=real_pods.image, ray_version="2.60.0")
     (work / "miles-ray.yaml").write_text(yaml.safe_dump(cfg))
@@ -137,6 +139,17 @@ def live(real_pods: RealPods, ns: SimpleNamespace, tmp_path_factory: pytest.Temp
     return SimpleNamespace(mr=mr, env=run_env, work=work, **vars(ns))
 
 
+def _wait_running(live: SimpleNamespace, run: str, timeout: float = 180) -> None:
+    """Until the run's job is RUNNING; fails at once, with the job's logs, if it ended instead."""
+    def state() -> str | None:
+        st = json.loads(live.mr("status", run, "-o", "json")[1] or "{}").get("status")
+        if st in ("FAILED", "SUCCEEDED", "STOPPED"):
+            pytest.fail(f"run {run} ended {st} instead of running: {live.mr('logs', run)[1][-3000:]}", pytrace=False)
+        return st == "RUNNING"
+
+    _wait(f"run {run} to be RUNNING", state, timeout)
+
+
 def _json(code_out_err: tuple[int, str, str], want: int = 0) -> dict:
     code, out, err = code_out_err
     assert code == want, f"exit {code} (want {want}): {err[-3000:]}"
@@ -147,13 +160,15 @@ def test_check_data_names_each_missing_path_per_node_then_passes(live: SimpleNam
     rep = _json(live.mr("check-data", "--address", ADDRESS, "-o", "json"), want=4)
     assert rep["ok"] is False
     roles = sorted(n["role"] for n in rep["nodes"])
-    assert roles == ["head", "worker", "worker"], rep["nodes"]  # the head and every GPU worker pod answered
+    assert roles == ["gpu worker", "gpu worker", "head"], rep["nodes"]  # the head and every GPU worker pod answered
     assert len({n["node_ip"] for n in rep["nodes"]}) == 3
     wanted = {m["path"] for n in rep["nodes"] for m in n["missing"]}
     assert wanted and all(p.startswith("/mnt/miles/") for p in wanted), wanted
     for n in rep["nodes"]:  # each node reports the same inputs missing: one shared volume
         assert {m["path"] for m in n["missing"]} == wanted
-    assert rep["same_storage"] is True  # a token written on one pod is read on the others
+    # a token written on one pod is read on every other: one shared volume
+    assert rep["same_storage"]["reference"] in {n["node_ip"] for n in rep["nodes"]}, rep["same_storage"]
+    assert all(n["same_storage"] is True for n in rep["nodes"]), rep["nodes"]
     for p in wanted:  # create what was named, through the volume's directory on this machine
         local = live.volume / Path(p).relative_to("/mnt/miles")
         if local.suffix in (".jsonl", ".json", ".parquet", ".txt"):
@@ -172,8 +187,9 @@ def test_comm_check_across_the_two_worker_pods(live: SimpleNamespace, real_pods:
     assert rep["ok"] is True, rep
     pods = {p.status.pod_ip for p in live.core.list_namespaced_pod(
         NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=worker").items}
-    assert {n["node_ip"] for n in rep["nodes"]} == pods, rep["nodes"]  # one rank in each worker pod
-    assert all(n.get("seconds") is not None or n.get("gbps") is not None for n in rep["nodes"]), rep["nodes"]
+    assert {n["ip"] for n in rep["nodes"]} == pods, rep["nodes"]  # one rank in each worker pod
+    assert sorted(n["rank"] for n in rep["nodes"]) == [0, 1]
+    assert all(n["ok"] and n["bytes_per_s"] > 0 and n["bytes_sent"] > 0 for n in rep["nodes"]), rep["nodes"]
 
 
 def test_doctor_is_clean_on_a_healthy_cluster(live: SimpleNamespace) -> None:
@@ -188,8 +204,7 @@ def test_scale_is_refused_under_a_running_job_then_allowed(live: SimpleNamespace
     rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "held", "--no-check-data",
                         "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json"))
     assert rec["created"] is True
-    _wait("the job to be RUNNING", lambda: json.loads(live.mr("status", "held", "-o", "json")[1] or "{}")
-          .get("status") == "RUNNING", 180)
+    _wait_running(live, "held")
     code, out, err = live.mr("scale", "--nodes", "1", "--backend", "kubernetes", "--timeout", "300")
     assert code != 0 and "held" in err, (code, out, err)  # refused, naming the running job
     assert len(_rayclusters(live)) == 1
@@ -212,6 +227,7 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
     reader = threading.Thread(target=lambda: lines.extend(follower.stdout), daemon=True)
     reader.start()
     try:
+        _wait_running(live, "headloss")
         # delete the head only once logs -f streams the job's output (the fake trainer's first line)
         _wait("logs -f to stream the job's output", lambda: any("FAKE_TRAIN" in ln for ln in lines), 240)
         [head] = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items
