@@ -14,12 +14,14 @@ from miles_ray.services.jobs import run_stop
 def stop_cmd(
     run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="run name [default: the latest run, after asking]", show_default=False)] = None,
     yes: YesOpt = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="return once the job has ended (as 'ray job stop'), or right after asking")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for the job to end")] = 60.0,
     namespace: RunNamespaceOpt = None,
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Stop a run's Ray job.
+    """Stop a run's Ray job and wait until it has ended (bounded by --timeout; --no-wait returns at once).
 
     Its output dir and checkpoints stay; resume with 'submit --resume-from RUN'. Without RUN it asks before
     stopping the latest run (refusing when there is no terminal to ask on) unless -y.
@@ -29,6 +31,7 @@ def stop_cmd(
         confirm(f"stop run {name!r} (the latest run)?",
                 refusal=f"refusing to stop the latest run {name!r} without confirmation",
                 hint="name the run, or pass -y/--yes")
-    result = run_stop(name, kube_context=context, kubeconfig=kubeconfig)
+    result = run_stop(name, kube_context=context, kubeconfig=kubeconfig, wait_timeout=timeout if wait else None)
     emit(result, output, lambda: out.print(
-        f"run {result['run']}: " + ("stop requested" if result["stopped"] else "job had already ended")))
+        f"run {result['run']}: " + ("job had already ended" if not result["stopped"] else
+                                    f"stopped ({result['status']})" if result["status"] else "stop requested")))

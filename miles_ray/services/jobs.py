@@ -17,7 +17,7 @@ from miles_ray.adapters import polyaxon_api, polyaxon_spec, ray_jobs, state
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME
-from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, NotFound
+from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, NotFound, TimedOut
 from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, check_topology, parse_env,
                                        prepare_submit, validate_request)
 from miles_ray.services.datacheck import check_data as run_data_check
@@ -224,11 +224,21 @@ def run_logs(run: str, follow: bool, *, kube_context: str | None = None,
             yield ray_jobs.logs(url, rec["submission_id"])
 
 
-def run_stop(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
+def run_stop(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None,
+             wait_timeout: float | None = 60) -> dict[str, Any]:
+    """Ask Ray to stop the run's job, then (unless ``wait_timeout`` is None) wait until it has ended, like
+    ``ray job stop``: a stop returns once the job no longer holds its GPUs. ``TimedOut`` names its state."""
     rec = state.load_record(run)
     with _open_run_head(rec, kube_context, kubeconfig) as url:
         stopped = ray_jobs.stop(url, rec["submission_id"])
-    return {"run": run, "submission_id": rec["submission_id"], "stopped": stopped}
+        status = None
+        if wait_timeout is not None:
+            try:
+                status = ray_jobs.wait(url, rec["submission_id"], timeout=wait_timeout)["status"]
+            except TimedOut as e:
+                raise TimedOut(f"run {run}: stop requested, but {e}",
+                               hint=f"'miles-ray status {run}' shows when it has ended") from None
+    return {"run": run, "submission_id": rec["submission_id"], "stopped": stopped, "status": status}
 
 
 def latest_run() -> str:
