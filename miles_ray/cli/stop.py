@@ -21,7 +21,9 @@ def stop_cmd(
     kubeconfig: KubeconfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Stop a run's Ray job and wait until it has ended (bounded by --timeout; --no-wait returns at once).
+    """Stop a run's Ray job.
+
+    Returns once the job has ended, as 'ray job stop' does (bounded by --timeout; --no-wait returns at once).
 
     Its output dir and checkpoints stay; resume with 'submit --resume-from RUN'. Without RUN it asks before
     stopping the latest run (refusing when there is no terminal to ask on) unless -y.
