@@ -11,6 +11,7 @@ from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt,
                                   Output, OutputOpt, RecipeFileOpt, RecipeOpt, checks_failed, config_flags, emit, out,
                                   progress_display)
 from miles_ray.core.config import load_config
+from miles_ray.core.probes import check_data_bound
 from miles_ray.core.recipes import get_recipe
 from miles_ray.services.datacheck import check_data_at
 
@@ -61,7 +62,7 @@ def check_data_cmd(
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe=recipe, recipe_file=recipe_file), config)
     rec = get_recipe(cfg.recipe, cfg.recipe_file)
-    with progress_display("checking data") as p:
+    with progress_display("checking data", timeout=check_data_bound(timeout)) as p:
         rep = check_data_at(cfg, rec, address=address, backend=backend.value, resume_from=resume_from,
                             timeout=timeout, progress=p)
     emit(rep, output, lambda: report_table(rep))

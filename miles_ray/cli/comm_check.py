@@ -9,6 +9,7 @@ import typer
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
                                   Output, OutputOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.config import load_config
+from miles_ray.core.probes import comm_check_bound
 from miles_ray.services.commcheck import comm_check
 
 
@@ -46,7 +47,7 @@ def comm_check_cmd(
     """
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig),
                       config)
-    with progress_display("comm check") as p:
+    with progress_display("comm check", timeout=comm_check_bound(timeout)) as p:
         result = comm_check(cfg, address=address, backend=backend.value, size_mb=size_mb, timeout=timeout,
                             progress=p)
 

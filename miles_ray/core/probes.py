@@ -81,13 +81,23 @@ def check_data_spec(cfg: MilesRayConfig, recipe: Recipe, resume_output_dir: str 
             "timeout": timeout}
 
 
+def check_data_bound(timeout: float) -> float:
+    """The whole check-data job's bound: four per-node rounds of ``timeout`` plus job start-up."""
+    return 4 * timeout + 120
+
+
+def comm_check_bound(timeout: float) -> float:
+    """The whole comm-check job's bound: placement, actor start and the ring, plus job start-up."""
+    return 3 * timeout + 60
+
+
 def check_data_probe(cfg: MilesRayConfig, recipe: Recipe, resume_output_dir: str | None, timeout: float,
                      token: str) -> Probe:
     """The preflight job: four bounded rounds of per-node tasks, plus job start-up (runtime env upload, driver
     start)."""
     spec = check_data_spec(cfg, recipe, resume_output_dir, timeout)
     return Probe(kind="check-data", payload="check_data.py", submission_id=probe_id("check-data", cfg.name, token),
-                 timeout=4 * timeout + 120, env={CHECK_DATA_SPEC_ENV: json.dumps(spec)},
+                 timeout=check_data_bound(timeout), env={CHECK_DATA_SPEC_ENV: json.dumps(spec)},
                  metadata={"miles_ray": "check-data", "cluster": cfg.name})
 
 
@@ -119,7 +129,7 @@ def comm_check_probe(cfg: MilesRayConfig, size_mb: float, timeout: float, token:
     if size_mb <= 0 or size_mb > MAX_COMM_SIZE_MB:
         raise ConfigError(f"--size-mb {size_mb:g} is out of range", hint=f"use 0 < size <= {MAX_COMM_SIZE_MB} MiB")
     return Probe(kind="comm-check", payload="comm_check.py", submission_id=probe_id("comm-check", cfg.name, token),
-                 timeout=3 * timeout + 60, args=["--size-mb", f"{size_mb:g}", "--timeout", f"{timeout:g}"],
+                 timeout=comm_check_bound(timeout), args=["--size-mb", f"{size_mb:g}", "--timeout", f"{timeout:g}"],
                  env={"PYTHONUNBUFFERED": "1"}, metadata={"miles_ray": "comm-check", "cluster": cfg.name})
 
 
