@@ -55,12 +55,32 @@ def ray_container(cfg: MilesRayConfig, image: str, with_mounts: bool) -> dict[st
         "imagePullPolicy": "IfNotPresent",
         "env": [{"name": k, "value": v} for k, v in miles_env(cfg).items()] + secret_env_refs(cfg),
     }
+    security = container_security(cfg)
+    if security:
+        container["securityContext"] = security
     if with_mounts:
         # /dev/shm as a memory-backed volume (NCCL and Ray's object store use it; it counts toward the pod's
         # memory): explicit here rather than left to KubeRay's injection, so the spec says what the pod gets.
         container["volumeMounts"] = [{"name": cfg.claim, "mountPath": cfg.mount_path},
                                      {"name": "shm", "mountPath": "/dev/shm"}]
     return container
+
+
+def container_security(cfg: MilesRayConfig) -> dict[str, Any] | None:
+    """The Ray container's securityContext: none for ``baseline``; for ``restricted`` everything the restricted
+    Pod Security Standard asks of a container (also copied by KubeRay to the init container it injects)."""
+    if cfg.pod_security != "restricted":
+        return None
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+            "runAsUser": cfg.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def pod_security_context(cfg: MilesRayConfig) -> dict[str, Any] | None:
+    """The pod-level securityContext for ``restricted`` (covers any container the operator adds)."""
+    if cfg.pod_security != "restricted":
+        return None
+    return {"runAsNonRoot": True, "runAsUser": cfg.run_as_user, "runAsGroup": cfg.run_as_user,
+            "fsGroup": cfg.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def head_resources(cfg: MilesRayConfig) -> dict[str, dict[str, str]]:
@@ -131,6 +151,10 @@ def build_raycluster(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: s
         "volumes": copy.deepcopy(volumes),
         **gpu_placement(cfg),
     }
+    pod_security = pod_security_context(cfg)
+    if pod_security:
+        head_pod["securityContext"] = copy.deepcopy(pod_security)
+        worker_pod["securityContext"] = copy.deepcopy(pod_security)
     lbl = labels(cfg, plan)
     return {
         "apiVersion": "ray.io/v1",
@@ -186,6 +210,8 @@ def build_operation(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: st
     placement = gpu_placement(cfg)
     if placement:
         worker["environment"] = placement
+    # restricted: the container securityContext above; Polyaxon's environment.securityContext is a container-level
+    # type (no fsGroup), so no pod-level one is set on this path.
     component: dict[str, Any] = {
         "version": POLYAXON_VERSION,
         "kind": "component",

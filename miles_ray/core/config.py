@@ -88,6 +88,11 @@ class MilesRayConfig(BaseModel):
     head_cpus: int = Field(8, ge=1, le=4096, description="CPUs of the head pod (Ray num-cpus stays 0)")
     head_memory: str = Field("64Gi", description="memory of the head pod")
     worker_group: str = Field("gpu", description="KubeRay worker group name")
+    pod_security: Literal["baseline", "restricted"] = Field(
+        "baseline", description="Pod Security Standard the Ray pods meet: baseline (the image's own user, root in "
+        "the Miles image) or restricted (run_as_user, no privilege escalation, no capabilities, seccomp "
+        "RuntimeDefault; the image must work as that user)")
+    run_as_user: int = Field(1000, ge=1, le=2**31 - 1, description="restricted: the non-root uid of the Ray containers")
     node_selector: dict[str, str] = Field(default_factory=dict, description="node selector for GPU workers")
     tolerations: list[Toleration] = Field(
         default_factory=lambda: [Toleration(**GPU_TOLERATION)], description="tolerations for GPU workers"
@@ -367,6 +372,8 @@ memory_per_node: 512Gi
 head_cpus: 8
 head_memory: 64Gi
 # node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+# pod_security: restricted  # non-root run_as_user (default 1000), no privilege escalation, no capabilities,
+#                           # seccomp RuntimeDefault; default baseline (the Miles image runs as root)
 tolerations:
   - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
 

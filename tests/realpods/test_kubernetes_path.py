@@ -279,3 +279,50 @@ def test_down_deletes_the_cluster_and_keeps_the_claim(live: SimpleNamespace) -> 
     _wait("the pods to be gone", lambda: not live.core.list_namespaced_pod(
         NS, label_selector=f"ray.io/cluster={NAME}").items, 180)
     assert live.core.read_namespaced_persistent_volume_claim("miles-data", NS).status.phase == "Bound"
+
+
+def test_restricted_pod_security_runs_ray(real_pods: RealPods, tmp_path: Path) -> None:
+    """pod_security: restricted in a namespace whose Pod Security admission enforces `restricted`: the API server
+    admits KubeRay's head and worker pods (the init container KubeRay injects included), Ray runs as uid 1000,
+    both workers join and a rehearsal succeeds through k8s://."""
+    from kubernetes import client
+
+    rns = "miles-restricted"
+    api = real_pods.api_client()
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=rns, labels={"pod-security.kubernetes.io/enforce": "restricted",
+                          "pod-security.kubernetes.io/enforce-version": "latest"})))
+    _wait(f"ServiceAccount {rns}/default",
+          lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(rns).items), 60)
+    volume = real_pods.shared_volume(rns, "miles-data")
+    volume.chmod(0o777)  # the shared volume is writable by the non-root uid (a real RWX class would use fsGroup)
+    env = {**_sequence_env(real_pods, tmp_path), "SMOKE_NAMESPACE": rns}
+    cfg = yaml.safe_load(subprocess.run(["bash", str(SEQUENCE), "--print-config"], env=env, capture_output=True,
+                                        text=True, timeout=60, check=True).stdout)
+    cfg.update(pod_security="restricted", image=real_pods.image, ray_version="2.60.0")
+    (tmp_path / "miles-ray.yaml").write_text(yaml.safe_dump(cfg))
+    run_env = {**os.environ, "KUBECONFIG": str(real_pods.kubeconfig), "MILES_RAY_CONFIG": str(tmp_path / "miles-ray.yaml"),
+               "MILES_RAY_STATE_DIR": str(tmp_path / "state"), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+    def mr(*args: str) -> tuple[int, str, str]:
+        p = subprocess.run([sys.executable, "-m", "miles_ray", *args], env=run_env, capture_output=True, text=True,
+                           timeout=900, cwd=tmp_path)
+        return p.returncode, p.stdout, p.stderr
+
+    try:
+        up = _json(mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json"))
+        assert up["status"]["ray"]["gpu_node_count"] == 2
+        pods = core.list_namespaced_pod(rns, label_selector=f"ray.io/cluster={NAME}").items
+        assert len(pods) == 3
+        for p in pods:
+            assert p.spec.security_context.run_as_non_root is True and p.spec.security_context.run_as_user == 1000
+            for c in (p.spec.init_containers or []) + p.spec.containers:
+                assert c.security_context and c.security_context.allow_privilege_escalation is False, c.name
+        code, out, err = mr("submit", "--rehearse", "--nodes", "2", "--address", f"k8s://{rns}/{NAME}",
+                            "--run", "restricted", "--timeout", "300", "--follow")
+        assert code == 0, err[-3000:]
+        result = [ln.split(" ", 1)[1] for ln in out.splitlines() if ln.startswith("REHEARSAL_RESULT ")]
+        assert result and json.loads(result[-1])["ok"] is True, out[-3000:]
+    finally:
+        mr("down", "-y", "--backend", "kubernetes")

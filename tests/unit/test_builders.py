@@ -254,3 +254,33 @@ def test_cpu_request_lowers_only_the_kubernetes_request() -> None:
     _, _, rc_default, _ = _docs("Qwen3-4B", 2, 8, cpus_per_node=16)
     _, w_default = head_and_worker_containers(rc_default)
     assert w_default["resources"]["requests"]["cpu"] == w_default["resources"]["limits"]["cpu"] == "16"
+
+
+def test_restricted_pod_security_on_head_and_workers() -> None:
+    """pod_security: restricted gives the head and every worker what the restricted Pod Security Standard
+    requires (non-root uid, no privilege escalation, all capabilities dropped, seccomp RuntimeDefault), in the
+    RayCluster and in the Polyaxon operation alike; baseline adds nothing."""
+    import kubernetes_validate
+
+    from miles_ray.adapters.polyaxon_spec import validate_operation
+
+    _, _, rc, op = _docs("Qwen3-4B", 2, 8, pod_security="restricted", run_as_user=1234)
+    assert not list(kuberay_crd_validator().iter_errors(rc))
+    want_c = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+              "runAsUser": 1234, "seccompProfile": {"type": "RuntimeDefault"}}
+    for tpl in (rc["spec"]["headGroupSpec"]["template"], rc["spec"]["workerGroupSpecs"][0]["template"]):
+        spec = tpl["spec"]
+        assert spec["containers"][0]["securityContext"] == want_c
+        assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] == 1234
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert all("hostPath" not in v for v in spec["volumes"])  # restricted allows PVC and emptyDir only here
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec},
+                                     "1.30", strict=True)
+    validate_operation(op)
+    run = op["component"]["run"]
+    workers = run["workers"] if isinstance(run["workers"], dict) else {w["name"]: w for w in run["workers"]}
+    for role in (run["head"], *workers.values()):
+        assert role["container"]["securityContext"] == want_c
+    _, _, rc_base, _ = _docs("Qwen3-4B", 2, 8)
+    for tpl in (rc_base["spec"]["headGroupSpec"]["template"], rc_base["spec"]["workerGroupSpecs"][0]["template"]):
+        assert "securityContext" not in tpl["spec"] and "securityContext" not in tpl["spec"]["containers"][0]
