@@ -9,6 +9,7 @@ import typer
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NamespaceOpt, Output,
                                   OutputOpt, RecipeFileOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.config import load_config
+from miles_ray.core.probes import check_data_bound
 from miles_ray.services.doctor import doctor
 
 MARK = {"problem": "[red]✗[/]", "warning": "[yellow]![/]", "ok": "[green]✓[/]", "skipped": "[dim]-[/]"}
@@ -54,7 +55,8 @@ def doctor_cmd(
     """
     cfg = load_config(config_flags(namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe_file=recipe_file), config)
-    with progress_display(f"diagnosing {target or cfg.name}") as p:
+    # time left: the data checks' whole bound, plus a minute for the Kubernetes and Ray reads around them
+    with progress_display(f"diagnosing {target or cfg.name}", timeout=check_data_bound(timeout) + 60) as p:
         rep = doctor(cfg, target, backend.value, address, timeout=timeout, progress=p)
     emit(rep, output, lambda: findings_table(rep))
     checks_failed("doctor", rep["problems"])
