@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     p.add_argument("--colocate", action="store_true", default=False)
     p.add_argument("--timeout", type=float, default=60.0, help="bound on the placement group wait (s)")
     p.add_argument("--actor-timeout", type=float, default=600.0, help="bound on starting the actors (s)")
+    p.add_argument("--hold", type=float, default=0.0,
+                   help="keep the placed actors this many seconds after the checks; fail if one dies meanwhile")
     p.add_argument("--address", default=None, help="Ray address (default: $RAY_ADDRESS, else 'auto')")
     return p.parse_known_args(argv)
 
@@ -144,6 +146,37 @@ def _free_per_node(ray) -> list[dict]:
         )
     rows.sort(key=lambda r: (list(map(int, r["ip"].split("."))) if r["ip"] else [], r["node_id"]))
     return rows
+
+
+def _hold(ray, seconds: float, train_actors: list, engine_actors: list, manager) -> list[str]:
+    """Keep the placed actors for ``seconds``, asking each where it is every second; the errors naming every
+    actor that died (its node lost) or stopped answering, at the first such round."""
+    named = [(f"trainer rank {j}", a) for j, a in enumerate(train_actors)]
+    named += [(f"engine {k}", a) for k, a in enumerate(engine_actors)] + [("RolloutManager", manager)]
+    where: dict[str, str] = {}
+    for label, actor in named:
+        try:
+            where[label] = ray.get(actor.where.remote(), timeout=30)[0]
+        except Exception:  # noqa: BLE001 — reported in the loop below
+            where[label] = "?"
+    print(f"REHEARSAL_HOLDING {json.dumps({'seconds': seconds, 'actors': len(named)})}", flush=True)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        refs = [(label, actor.where.remote()) for label, actor in named]
+        lost = []
+        for label, ref in refs:
+            try:
+                ray.get(ref, timeout=30)
+            except Exception as exc:  # noqa: BLE001 — ActorDiedError, RayActorError, GetTimeoutError
+                lost.append(f"{label} on node {where.get(label, '?')} died while held: {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:200]}")
+        if lost:
+            for line in lost:
+                print(f"ERROR: {line}", flush=True)
+            return lost
+        time.sleep(1.0)
+    print(f"held {seconds:g} s: every actor stayed alive", flush=True)
+    return []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
             "seconds_total": round(time.monotonic() - t_start, 2),
         }
     )
+    if args.hold > 0 and not errors:
+        errors.extend(_hold(ray, args.hold, train_actors, engine_actors, manager))
+        result.update(ok=not errors, errors=errors)
     for actor in [*train_actors, *engine_actors, manager]:
         try:
             ray.kill(actor)

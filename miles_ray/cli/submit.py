@@ -39,6 +39,7 @@ def submit_cmd(
     rollout_gpus: RolloutGpusOpt = None,
     mode: Annotated[Mode, typer.Option("--mode", help="direct: submit train.py as the Ray job; launcher: run the upstream launcher here against the head")] = Mode.direct,
     dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: print the job (entrypoint, runtime env, submission id, run record, output dir) and contact nothing; server: also check the head's live topology against the plan. Nothing is recorded or submitted", show_default=False)] = None,
+    hold: Annotated[float, typer.Option("--hold", min=0, max=86400, help="with --rehearse: keep the placed actors this many seconds after the checks (see the layout with 'ray status'); the run FAILS if one of them dies meanwhile (a node lost)")] = 0,
     rehearse: Annotated[bool, typer.Option("--rehearse", help="submit the rehearsal driver instead of Miles: proves the placement on (fake) GPUs")] = False,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard / Jobs API URL [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
     backend: BackendOption = Backend.auto,
@@ -93,7 +94,7 @@ def submit_cmd(
                              backend=backend.value, wait_for_nodes=False, timeout=timeout, env=env or [],
                              extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
                              model_revision=model_revision, dataset_revision=dataset_revision,
-                             num_rollout=num_rollout, check_data=check_data, dry_run="client")
+                             num_rollout=num_rollout, check_data=check_data, dry_run="client", hold=hold)
         emit(result, output, lambda: _dry_run_summary(result))
         return
     with progress_display(f"submitting run {run}" if run else "submitting",
@@ -103,7 +104,7 @@ def submit_cmd(
                              extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
                              model_revision=model_revision, dataset_revision=dataset_revision,
                              num_rollout=num_rollout, progress=p, check_data=check_data,
-                             dry_run=dry_run.value if dry_run else None)
+                             dry_run=dry_run.value if dry_run else None, hold=hold)
     if dry_run is not None:
         emit(result, output, lambda: _dry_run_summary(result))
         checks_failed("the server dry run", len(result.get("problems") or []))

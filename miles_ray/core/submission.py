@@ -86,6 +86,7 @@ class SubmitRequest:
     timeout: float = 120.0  # waiting for nodes; the rehearsal's placement timeout
     wait_for_nodes: bool = False
     check_data: bool | None = None  # None: on for Kubernetes clusters
+    hold: float = 0  # rehearsal: seconds to keep the placed actors, failing if one dies
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,9 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
         raise ConfigError(f"run name {request.run!r} is not valid",
                           hint="use lower-case letters, digits and '-', at most 40 characters")
     check_extra_args(request.extra_args)
+    if request.hold and not request.rehearse:
+        raise ConfigError("--hold keeps a rehearsal's actors in place; it applies to --rehearse only",
+                          hint="add --rehearse, or drop --hold")
     return ValidRequest(request=request, recipe=recipe, plan=plan, image=image, env=parse_env(request.env))
 
 
@@ -205,7 +209,7 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
     runtime_env: dict[str, Any] = {"env_vars": job_env(cfg, in_cluster, valid.env)}
     argv = None
     if request.rehearse:
-        entrypoint = rehearsal_entrypoint(REHEARSAL_DRIVER, plan, max(10, min(request.timeout, 600)))
+        entrypoint = rehearsal_entrypoint(REHEARSAL_DRIVER, plan, max(10, min(request.timeout, 600)), request.hold)
         if target.python != "python3":
             entrypoint = entrypoint.replace("python3", target.python, 1)
         runtime_env["working_dir"] = launchers_dir

@@ -57,7 +57,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
            backend: str, wait_for_nodes: bool, timeout: float, env: list[str], extra_args: list[str],
            resume_from: str | None, force: bool, miles_commit: str | None, model_revision: str | None,
            dataset_revision: str | None, num_rollout: int | None, progress: Progress = None,
-           check_data: bool | None = None, dry_run: str | None = None) -> dict[str, Any]:
+           check_data: bool | None = None, dry_run: str | None = None, hold: float = 0) -> dict[str, Any]:
     """Prepare the job (no I/O), then reach the head, check it against the plan, record the run and submit.
     ``env``: the --env KEY=VALUE items as given. Returns a summary.
 
@@ -68,7 +68,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
                             resume_from=resume_from, force=force, miles_commit=miles_commit,
                             model_revision=model_revision, dataset_revision=dataset_revision,
                             num_rollout=num_rollout, timeout=timeout, wait_for_nodes=wait_for_nodes,
-                            check_data=check_data)
+                            check_data=check_data, hold=hold)
     valid = validate_request(cfg, request)  # bad input fails here, before anything is looked up
     chosen_backend, stored = resolve_address(cfg, address, backend)
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored))

@@ -217,6 +217,42 @@ def test_scale_is_refused_under_a_running_job_then_allowed(live: SimpleNamespace
     assert scaled["to"] == 2 and scaled["ready_workers"] == 2
 
 
+def test_worker_pod_killed_mid_rehearsal_fails_the_run_with_the_reason(live: SimpleNamespace,
+                                                                       real_pods: RealPods) -> None:
+    rec = _json(live.mr("submit", "--rehearse", "--nodes", "2", "--run", "workerloss", "--hold", "300",
+                        "--no-follow", "-o", "json"))
+    assert rec["created"] is True
+    follower = subprocess.Popen([sys.executable, "-m", "miles_ray", "logs", "workerloss", "-f"], env=live.env,
+                                cwd=live.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(follower.stdout), daemon=True)
+    reader.start()
+    try:
+        # the rehearsal has placed and checked every actor and now holds them
+        _wait("the rehearsal to hold its actors", lambda: any(ln.startswith("REHEARSAL_HOLDING") for ln in lines), 300)
+        workers = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=worker").items
+        victim = workers[0]
+        t = time.monotonic()
+        live.core.delete_namespaced_pod(victim.metadata.name, NS, grace_period_seconds=0)
+        follower.wait(timeout=300)
+        reader.join(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    real_pods.figures["worker_deleted_to_run_failed_s"] = round(time.monotonic() - t, 1)
+    code, out, _ = live.mr("status", "workerloss", "-o", "json")
+    assert code == 3 and json.loads(out)["status"] == "FAILED", out  # exit 3: the job failed
+    result = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("REHEARSAL_RESULT ")]
+    assert result, "".join(lines)[-3000:]
+    errors = json.loads(result[-1])["errors"]
+    assert errors and all("died while held" in e for e in errors), errors
+    assert any(victim.status.pod_ip in e for e in errors), (victim.status.pod_ip, errors)  # names the lost node
+    # KubeRay replaces the worker; Ray has both GPU workers again before the next test
+    _wait("Ray to have 2 GPU workers again", lambda: json.loads(live.mr(
+        "status", "--backend", "kubernetes", "--ray", "-o", "json")[1] or "{}").get("ray_nodes_alive") == 3, 300)
+
+
 def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: RealPods) -> None:
     rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "headloss", "--no-check-data",
                         "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json"))

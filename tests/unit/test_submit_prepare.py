@@ -213,3 +213,12 @@ def test_the_heads_ray_version_is_recorded_or_refused(no_io):
     with pytest.raises(Conflict, match="runs Ray 2.59.0 but the config says 2.60.0"):
         job.with_head_ray_version(config(ray_version="2.60.0"), "2.59.0")
     assert check_head_ray_version(None, None) is None
+
+
+def test_rehearsal_hold_reaches_the_driver_and_needs_rehearse(no_io):
+    job = prepare(rehearse=True, hold=300, timeout=90)
+    argv = shlex.split(job.entrypoint)
+    assert argv[argv.index("--hold") + 1] == "300" and argv[argv.index("--timeout") + 1] == "90"
+    assert "--hold" not in shlex.split(prepare(rehearse=True).entrypoint)  # no hold unless asked
+    with pytest.raises(ConfigError, match="--hold .* --rehearse only"):
+        prepare(hold=30)
