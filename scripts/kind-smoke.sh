@@ -92,28 +92,6 @@ step() {
     log "== ${STEP}"
 }
 
-# expect RC OUT CMD...: run CMD with stdout copied to OUT (and the terminal); fail unless it exits RC.
-expect() {
-    local want="$1" out="$2" rc=0
-    shift 2
-    log "\$ $*"
-    "$@" | tee "${out}" || rc="${PIPESTATUS[0]}"
-    if [[ "${rc}" -ne "${want}" ]]; then
-        die "exit code ${rc}, expected ${want}: $*"
-    fi
-}
-
-# check FILE JQ_EXPR WHAT: assert a JSON field with jq -e.
-check() {
-    local file="$1" expr="$2" what="$3"
-    if ! jq -e "${expr}" "${file}" >/dev/null; then
-        log "assertion failed: ${what}: jq '${expr}' on ${file}:"
-        head -c 4000 "${file}" >&2 || true
-        die "${what}"
-    fi
-    log "ok: ${what}"
-}
-
 mr() { "${MILES_RAY[@]}" "$@"; }
 
 # ---- cleanup and diagnostics ----------------------------------------------------------------------

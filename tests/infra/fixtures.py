@@ -53,9 +53,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(marker)
 
 
-def poll(what: str, fn: Callable[[], Any], timeout: float = 60, interval: float = 0.25) -> Any:
+def poll(what: str, fn: Callable[[], Any], timeout: float = 60, interval: float = 0.25,
+         explain: Callable[[], str] | None = None) -> Any:
     """Call ``fn`` until it returns something truthy and return that; fail naming ``what`` and the last
-    value after ``timeout`` seconds."""
+    value after ``timeout`` seconds (plus what ``explain()`` says, when given)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -63,7 +64,8 @@ def poll(what: str, fn: Callable[[], Any], timeout: float = 60, interval: float 
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}"
+                + (f"\n{explain()}" if explain else ""))
 
 
 @pytest.fixture

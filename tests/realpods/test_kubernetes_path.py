@@ -15,6 +15,7 @@ volume as ``miles_root``: real training needs GPUs and Miles' image).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,11 +25,12 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Iterator
 
 import pytest
 import yaml
 
+from tests.infra.fixtures import poll
 from tests.infra.realpods import RealPods
 
 pytestmark = pytest.mark.real_pods
@@ -41,15 +43,27 @@ GPUS = 2
 ADDRESS = f"k8s://{NS}/{NAME}"
 
 
-def _wait(what: str, fn: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}", pytrace=False)
+@contextlib.contextmanager
+def _logs_follow(live: SimpleNamespace, run: str) -> Iterator[SimpleNamespace]:
+    """``miles-ray logs RUN -f`` in the background: its stdout lines collect in ``.lines`` as they come;
+    ``.finish(timeout)`` waits for it to end and returns its stderr; killed on exit if still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "miles_ray", "logs", run, "-f"], env=live.env, cwd=live.work,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+
+    def finish(timeout: float) -> str:
+        proc.wait(timeout=timeout)
+        reader.join(timeout=30)
+        return proc.stderr.read()
+
+    try:
+        yield SimpleNamespace(proc=proc, lines=lines, finish=finish)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _sequence_env(rp: RealPods, workdir: Path) -> dict[str, str]:
@@ -72,7 +86,7 @@ def ns(real_pods: RealPods) -> SimpleNamespace:
     api = real_pods.api_client()
     core = client.CoreV1Api(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
-    _wait(f"ServiceAccount {NS}/default",
+    poll(f"ServiceAccount {NS}/default",
           lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(NS).items), 60)
     volume = real_pods.shared_volume(NS, "miles-data")
     return SimpleNamespace(api=api, core=core, crd=client.CustomObjectsApi(api), volume=volume)
@@ -147,7 +161,7 @@ def _wait_running(live: SimpleNamespace, run: str, timeout: float = 180) -> None
             pytest.fail(f"run {run} ended {st} instead of running: {live.mr('logs', run)[1][-3000:]}", pytrace=False)
         return st == "RUNNING"
 
-    _wait(f"run {run} to be RUNNING", state, timeout)
+    poll(f"run {run} to be RUNNING", state, timeout)
 
 
 def _json(code_out_err: tuple[int, str, str], want: int = 0) -> dict:
@@ -222,24 +236,15 @@ def test_worker_pod_killed_mid_rehearsal_fails_the_run_with_the_reason(live: Sim
     rec = _json(live.mr("submit", "--rehearse", "--nodes", "2", "--run", "workerloss", "--hold", "300",
                         "--no-follow", "-o", "json"))
     assert rec["created"] is True
-    follower = subprocess.Popen([sys.executable, "-m", "miles_ray", "logs", "workerloss", "-f"], env=live.env,
-                                cwd=live.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(follower.stdout), daemon=True)
-    reader.start()
-    try:
+    with _logs_follow(live, "workerloss") as follow:
+        lines = follow.lines
         # the rehearsal has placed and checked every actor and now holds them
-        _wait("the rehearsal to hold its actors", lambda: any(ln.startswith("REHEARSAL_HOLDING") for ln in lines), 300)
+        poll("the rehearsal to hold its actors", lambda: any(ln.startswith("REHEARSAL_HOLDING") for ln in lines), 300)
         workers = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=worker").items
         victim = workers[0]
         t = time.monotonic()
         live.core.delete_namespaced_pod(victim.metadata.name, NS, grace_period_seconds=0)
-        follower.wait(timeout=300)
-        reader.join(timeout=30)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.wait()
+        follow.finish(300)
     real_pods.figures["worker_deleted_to_run_failed_s"] = round(time.monotonic() - t, 1)
     code, out, _ = live.mr("status", "workerloss", "-o", "json")
     assert code == 3 and json.loads(out)["status"] == "FAILED", out  # exit 3: the job failed
@@ -249,7 +254,7 @@ def test_worker_pod_killed_mid_rehearsal_fails_the_run_with_the_reason(live: Sim
     assert errors and all("died while held" in e for e in errors), errors
     assert any(victim.status.pod_ip in e for e in errors), (victim.status.pod_ip, errors)  # names the lost node
     # KubeRay replaces the worker; Ray has both GPU workers again before the next test
-    _wait("Ray to have 2 GPU workers again", lambda: json.loads(live.mr(
+    poll("Ray to have 2 GPU workers again", lambda: json.loads(live.mr(
         "status", "--backend", "kubernetes", "--ray", "-o", "json")[1] or "{}").get("ray_nodes_alive") == 3, 300)
 
 
@@ -257,27 +262,17 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
     rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "headloss", "--no-check-data",
                         "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json"))
     assert rec["created"] is True
-    follower = subprocess.Popen([sys.executable, "-m", "miles_ray", "logs", "headloss", "-f"], env=live.env,
-                                cwd=live.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(follower.stdout), daemon=True)
-    reader.start()
-    try:
+    with _logs_follow(live, "headloss") as follow:
         _wait_running(live, "headloss")
         # delete the head only once logs -f streams the job's output (the fake trainer's first line)
-        _wait("logs -f to stream the job's output", lambda: any("FAKE_TRAIN" in ln for ln in lines), 240)
+        poll("logs -f to stream the job's output", lambda: any("FAKE_TRAIN" in ln for ln in follow.lines), 240)
         [head] = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items
         old_head = head.metadata.name
         t = time.monotonic()
         live.core.delete_namespaced_pod(old_head, NS, grace_period_seconds=0)
-        follower.wait(timeout=300)
-        err = follower.stderr.read()
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.wait()
+        err = follow.finish(300)
     real_pods.figures["head_deleted_to_logs_exit_s"] = round(time.monotonic() - t, 1)
-    assert follower.returncode not in (0, None)
+    assert follow.proc.returncode not in (0, None)
     last = [ln for ln in err.splitlines() if ln.strip()][-1:]
     assert last and "head" in last[0].lower(), err[-3000:]  # one clear line naming the lost head
     assert "Traceback" not in err
@@ -288,8 +283,8 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
               and p.metadata.deletion_timestamp is None]
         return ok[0].metadata.name if ok else None
 
-    new_head = _wait("KubeRay to recreate the head pod", new_head_running, 300)
-    st = _wait("status to show the new head", lambda: (s := json.loads(live.mr(
+    new_head = poll("KubeRay to recreate the head pod", new_head_running, 300)
+    st = poll("status to show the new head", lambda: (s := json.loads(live.mr(
         "status", "--backend", "kubernetes", "-o", "json")[1] or "{}")) and any(
         p.get("name") == new_head for p in s.get("pods", [])) and s, 120)
     assert old_head not in {p.get("name") for p in st["pods"]}
@@ -312,7 +307,7 @@ def test_down_deletes_the_cluster_and_keeps_the_claim(live: SimpleNamespace) -> 
     res = _json(live.mr("down", "-y", "--backend", "kubernetes", "-o", "json"))
     assert res["deleted"] is True
     assert not _rayclusters(live)
-    _wait("the pods to be gone", lambda: not live.core.list_namespaced_pod(
+    poll("the pods to be gone", lambda: not live.core.list_namespaced_pod(
         NS, label_selector=f"ray.io/cluster={NAME}").items, 180)
     assert live.core.read_namespaced_persistent_volume_claim("miles-data", NS).status.phase == "Bound"
 
@@ -329,7 +324,7 @@ def test_restricted_pod_security_runs_ray(real_pods: RealPods, tmp_path: Path) -
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name=rns, labels={"pod-security.kubernetes.io/enforce": "restricted",
                           "pod-security.kubernetes.io/enforce-version": "latest"})))
-    _wait(f"ServiceAccount {rns}/default",
+    poll(f"ServiceAccount {rns}/default",
           lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(rns).items), 60)
     volume = real_pods.shared_volume(rns, "miles-data")
     volume.chmod(0o777)  # the shared volume is writable by the non-root uid (a real RWX class would use fsGroup)

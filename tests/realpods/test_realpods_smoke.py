@@ -20,11 +20,12 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
 
+from tests.infra.fixtures import poll
 from tests.infra.realpods import RealPods, fakegpu, fit_to_real_nodes, realnodes
 
 pytestmark = pytest.mark.real_pods
@@ -62,19 +63,6 @@ print("SMOKE_GPU_IDS", sorted(len(r[1]) for r in res))
 def cluster(real_pods: RealPods) -> RealPods:
     """The tier's one real-pod cluster (session fixture; tests/realpods/test_zz_teardown.py stops it)."""
     return real_pods
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float, interval: float = 0.5,
-             explain: Callable[[], str] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}"
-                + (f"\n{explain()}" if explain else ""), pytrace=False)
 
 
 def test_real_nodes_are_ready_with_fake_gpus(cluster: RealPods) -> None:
@@ -145,7 +133,7 @@ def test_raycluster_from_render_runs_ray_on_real_nodes(cluster: RealPods, tmp_pa
     core = client.CoreV1Api(api)
     crd = client.CustomObjectsApi(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
-    wait_for("ServiceAccount smoke/default",
+    poll("ServiceAccount smoke/default",
              lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(NS).items), 60)
     cluster.shared_volume(NS, "miles-data")
     rc = fit_to_real_nodes(_render(cluster, tmp_path))
@@ -163,7 +151,7 @@ def test_raycluster_from_render_runs_ray_on_real_nodes(cluster: RealPods, tmp_pa
               and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
         return pods if len(pods) == 3 and len(ok) == 3 else None
 
-    pods = wait_for("head + 2 worker pods Running and Ready", pods_ready, 300, 1, lambda: _pods_explained(core))
+    pods = poll("head + 2 worker pods Running and Ready", pods_ready, 300, 1, lambda: _pods_explained(core))
     cluster.figures["apply_to_pods_ready_s"] = round(time.monotonic() - t_apply, 1)
     head = next(p for p in pods if p.metadata.labels["ray.io/node-type"] == "head")
     workers = [p for p in pods if p.metadata.labels["ray.io/node-type"] == "worker"]
@@ -183,7 +171,7 @@ def test_raycluster_from_render_runs_ray_on_real_nodes(cluster: RealPods, tmp_pa
             gpu = [n for n in alive if n.get("resources_total", {}).get("GPU") == 2.0]
             return gpu if len(gpu) == 2 and len({n["node_ip"] for n in gpu}) == 2 else None
 
-        joined = wait_for("both GPU workers ALIVE in Ray with 2 GPUs each", workers_joined, 180, 1,
+        joined = poll("both GPU workers ALIVE in Ray with 2 GPUs each", workers_joined, 180, 1,
                           lambda: json.dumps(_ray_nodes(url))[:3000])
         cluster.figures["apply_to_workers_joined_s"] = round(time.monotonic() - t_apply, 1)
         assert {n["node_ip"] for n in joined} == worker_ips  # Ray's nodes are the pods, on two real nodes
@@ -196,7 +184,7 @@ def test_raycluster_from_render_runs_ray_on_real_nodes(cluster: RealPods, tmp_pa
         t_submit = time.monotonic()
         # working_dir: the package goes up through the port-forward too, as with `submit`.
         job = jobs.submit_job(entrypoint="python smoke_job.py", runtime_env={"working_dir": str(tmp_path / "job")})
-        status = wait_for("the job to finish", lambda: (s := jobs.get_job_status(job)).is_terminal() and s, 180, 1)
+        status = poll("the job to finish", lambda: (s := jobs.get_job_status(job)).is_terminal() and s, 180, 1)
         cluster.figures["submit_to_succeeded_s"] = round(time.monotonic() - t_submit, 1)
         logs = jobs.get_job_logs(job)
         assert status == JobStatus.SUCCEEDED, logs
@@ -207,6 +195,6 @@ def test_raycluster_from_render_runs_ray_on_real_nodes(cluster: RealPods, tmp_pa
 
     t = time.monotonic()
     crd.delete_namespaced_custom_object("ray.io", "v1", NS, "rayclusters", NAME)
-    wait_for("the RayCluster's pods to be gone",
+    poll("the RayCluster's pods to be gone",
              lambda: not core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items, 120, 1)
     cluster.figures["delete_to_pods_gone_s"] = round(time.monotonic() - t, 1)
