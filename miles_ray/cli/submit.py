@@ -89,22 +89,21 @@ def submit_cmd(
                                    namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe_file=recipe_file), config)
     extra = shlex.split(extra_args) if extra_args else []
-    if dry_run is DryRun.client:  # no progress display: nothing to wait for
-        result = jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
-                             backend=backend.value, wait_for_nodes=False, timeout=timeout, env=env or [],
-                             extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
-                             model_revision=model_revision, dataset_revision=dataset_revision,
-                             num_rollout=num_rollout, check_data=check_data, dry_run="client", hold=hold)
-        emit(result, output, lambda: _dry_run_summary(result))
-        return
-    with progress_display(f"submitting run {run}" if run else "submitting",
-                          timeout=timeout if wait_for_nodes else None) as p:
-        result = jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
-                             backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env or [],
-                             extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
-                             model_revision=model_revision, dataset_revision=dataset_revision,
-                             num_rollout=num_rollout, progress=p, check_data=check_data,
-                             dry_run=dry_run.value if dry_run else None, hold=hold)
+
+    def send(progress=None) -> dict:
+        return jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
+                           backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env or [],
+                           extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
+                           model_revision=model_revision, dataset_revision=dataset_revision,
+                           num_rollout=num_rollout, progress=progress, check_data=check_data,
+                           dry_run=dry_run.value if dry_run else None, hold=hold)
+
+    if dry_run is DryRun.client:
+        result = send()  # contacts nothing: no progress display
+    else:
+        with progress_display(f"submitting run {run}" if run else "submitting",
+                              timeout=timeout if wait_for_nodes else None) as p:
+            result = send(p)
     if dry_run is not None:
         emit(result, output, lambda: _dry_run_summary(result))
         checks_failed("the server dry run", len(result.get("problems") or []))
