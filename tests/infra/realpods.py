@@ -16,7 +16,6 @@ Environment:
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from dataclasses import dataclass, field
@@ -156,17 +155,6 @@ class RealPods:
                 access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv_name,
                 resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}))))
         return path
-
-
-def fit_to_real_nodes(raycluster: dict[str, Any]) -> dict[str, Any]:
-    """A rendered RayCluster with ``imagePullPolicy: Never`` (the image exists only in the nodes'
-    containerd, no registry is reachable), and nothing else changed."""
-    rc = copy.deepcopy(raycluster)
-    templates = [rc["spec"]["headGroupSpec"]["template"]] + [g["template"] for g in rc["spec"]["workerGroupSpecs"]]
-    for tpl in templates:
-        for c in tpl["spec"].get("containers", []) + tpl["spec"].get("initContainers", []):
-            c["imagePullPolicy"] = "Never"
-    return rc
 
 
 def start_real_pods(d: Path, gpu_nodes: int = REAL_GPU_NODES, gpus: int = REAL_GPUS,

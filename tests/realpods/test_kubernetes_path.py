@@ -3,7 +3,9 @@
 1. The users' smoke sequence, ``scripts/smoke-sequence.sh`` — the very script the kind workflow runs in
    users' CI — on this tier's cluster (tests/infra/realpods.py): up (Ray check on) -> status -> submit
    --rehearse through the ``k8s://`` port-forward -> logs -> scale 1 -> scale 2 -> down.
-2. Then, on a cluster brought up again: check-data on the head and both worker pods (missing paths named per
+2. Then, on a cluster brought up again under the ``restricted`` Pod Security Standard (the namespace enforces it,
+   the config says ``pod_security: restricted``): the pods' security contexts, the RayCluster equal to
+   ``render -F kuberay``'s, the pods' one resolver, check-data on the head and both worker pods (missing paths named per
    node, then all present), comm-check across the two worker pods, doctor clean, a job running on the head ->
    scale refused -> stop -> scale allowed, the head pod deleted under ``logs -f`` (one clear line, KubeRay
    recreates it, status says so), doctor naming an image drift, down (claim kept).
@@ -31,7 +33,7 @@ import pytest
 import yaml
 
 from tests.infra.fixtures import poll
-from tests.infra.realpods import RealPods
+from tests.infra.realpods import RealPods, realnodes
 
 pytestmark = pytest.mark.real_pods
 
@@ -131,10 +133,8 @@ def live(real_pods: RealPods, ns: SimpleNamespace, tmp_path_factory: pytest.Temp
     env = _sequence_env(real_pods, work)
     config = subprocess.run(["bash", str(SEQUENCE), "--print-config"], env=env, capture_output=True, text=True,
                             timeout=60, check=True).stdout
-    (ns.volume / "fake-miles" / "scripts" / "models").mkdir(parents=True, exist_ok=True)
+    (ns.volume / "fake-miles").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "tests" / "fakes" / "fake_train.py", ns.volume / "fake-miles" / "train.py")
-    # the model-args script direct mode sources, as a Miles checkout has it
-    (ns.volume / "fake-miles" / "scripts" / "models" / "qwen3-4B.sh").write_text("MODEL_ARGS=(--num-layers 36)\n")
     cfg = yaml.safe_load(config)
     cfg.update(miles_root="/mnt/miles/fake-miles", image=real_pods.image, ray_version="2.60.0")
     (work / "miles-ray.yaml").write_text(yaml.safe_dump(cfg))
@@ -146,6 +146,13 @@ def live(real_pods: RealPods, ns: SimpleNamespace, tmp_path_factory: pytest.Temp
                               text=True, timeout=timeout, cwd=work)
         return proc.returncode, proc.stdout, proc.stderr
 
+    # From here on the namespace enforces the restricted Pod Security Standard (the smoke sequence ran under
+    # baseline): every test below runs Ray, jobs and probes in pods the API server admitted as restricted.
+    ns.core.patch_namespace(NS, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted",
+                                                         "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    ns.volume.chmod(0o777)  # the shared volume is writable by the non-root uid (a real RWX class would use fsGroup)
+    cfg["pod_security"] = "restricted"
+    (work / "miles-ray.yaml").write_text(yaml.safe_dump(cfg))
     t = time.monotonic()
     code, out, err = mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json")
     assert code == 0, err[-4000:]
@@ -168,6 +175,29 @@ def _json(code_out_err: tuple[int, str, str], want: int = 0) -> dict:
     code, out, err = code_out_err
     assert code == want, f"exit {code} (want {want}): {err[-3000:]}"
     return json.loads(out)
+
+
+
+def test_pods_run_restricted_as_rendered_with_one_resolver(live: SimpleNamespace) -> None:
+    """The API server admitted KubeRay's pods (its init container included) in a namespace enforcing
+    ``restricted``; Ray runs as uid 1000; the RayCluster ``up`` created is the one ``render -F kuberay`` prints
+    (what a GitOps user applies); the pods know one resolver only, the stub inside the test's network namespace."""
+    from kubernetes.stream import stream
+
+    pods = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items
+    assert len(pods) == 3
+    for p in pods:
+        assert p.spec.security_context.run_as_non_root is True and p.spec.security_context.run_as_user == 1000
+        for c in (p.spec.init_containers or []) + p.spec.containers:
+            sc = c.security_context
+            assert sc and sc.allow_privilege_escalation is False and sc.capabilities.drop == ["ALL"], c.name
+    rendered = yaml.safe_load(live.mr("render", "-F", "kuberay", "--nodes", "2")[1])
+    [created] = _rayclusters(live)
+    assert created["spec"] == rendered["spec"]
+    worker = next(p for p in pods if p.metadata.labels["ray.io/node-type"] == "worker")
+    resolv = stream(live.core.connect_get_namespaced_pod_exec, worker.metadata.name, NS, container="ray",
+                    command=["cat", "/etc/resolv.conf"], stderr=True, stdin=False, stdout=True, tty=False)
+    assert [ln.split()[1] for ln in resolv.splitlines() if ln.startswith("nameserver")] == [realnodes.DNS_IP]
 
 
 def test_check_data_names_each_missing_path_per_node_then_passes(live: SimpleNamespace) -> None:
@@ -311,49 +341,3 @@ def test_down_deletes_the_cluster_and_keeps_the_claim(live: SimpleNamespace) -> 
         NS, label_selector=f"ray.io/cluster={NAME}").items, 180)
     assert live.core.read_namespaced_persistent_volume_claim("miles-data", NS).status.phase == "Bound"
 
-
-def test_restricted_pod_security_runs_ray(real_pods: RealPods, tmp_path: Path) -> None:
-    """pod_security: restricted in a namespace whose Pod Security admission enforces `restricted`: the API server
-    admits KubeRay's head and worker pods (the init container KubeRay injects included), Ray runs as uid 1000,
-    both workers join and a rehearsal succeeds through k8s://."""
-    from kubernetes import client
-
-    rns = "miles-restricted"
-    api = real_pods.api_client()
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=rns, labels={"pod-security.kubernetes.io/enforce": "restricted",
-                          "pod-security.kubernetes.io/enforce-version": "latest"})))
-    poll(f"ServiceAccount {rns}/default",
-          lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(rns).items), 60)
-    volume = real_pods.shared_volume(rns, "miles-data")
-    volume.chmod(0o777)  # the shared volume is writable by the non-root uid (a real RWX class would use fsGroup)
-    env = {**_sequence_env(real_pods, tmp_path), "SMOKE_NAMESPACE": rns}
-    cfg = yaml.safe_load(subprocess.run(["bash", str(SEQUENCE), "--print-config"], env=env, capture_output=True,
-                                        text=True, timeout=60, check=True).stdout)
-    cfg.update(pod_security="restricted", image=real_pods.image, ray_version="2.60.0")
-    (tmp_path / "miles-ray.yaml").write_text(yaml.safe_dump(cfg))
-    run_env = {**os.environ, "KUBECONFIG": str(real_pods.kubeconfig), "MILES_RAY_CONFIG": str(tmp_path / "miles-ray.yaml"),
-               "MILES_RAY_STATE_DIR": str(tmp_path / "state"), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-
-    def mr(*args: str) -> tuple[int, str, str]:
-        p = subprocess.run([sys.executable, "-m", "miles_ray", *args], env=run_env, capture_output=True, text=True,
-                           timeout=900, cwd=tmp_path)
-        return p.returncode, p.stdout, p.stderr
-
-    try:
-        up = _json(mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json"))
-        assert up["status"]["ray"]["gpu_node_count"] == 2
-        pods = core.list_namespaced_pod(rns, label_selector=f"ray.io/cluster={NAME}").items
-        assert len(pods) == 3
-        for p in pods:
-            assert p.spec.security_context.run_as_non_root is True and p.spec.security_context.run_as_user == 1000
-            for c in (p.spec.init_containers or []) + p.spec.containers:
-                assert c.security_context and c.security_context.allow_privilege_escalation is False, c.name
-        code, out, err = mr("submit", "--rehearse", "--nodes", "2", "--address", f"k8s://{rns}/{NAME}",
-                            "--run", "restricted", "--timeout", "300", "--follow")
-        assert code == 0, err[-3000:]
-        result = [ln.split(" ", 1)[1] for ln in out.splitlines() if ln.startswith("REHEARSAL_RESULT ")]
-        assert result and json.loads(result[-1])["ok"] is True, out[-3000:]
-    finally:
-        mr("down", "-y", "--backend", "kubernetes")
