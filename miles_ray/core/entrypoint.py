@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from miles_ray.core.builders import POLYAXON_VERSION, miles_env
 from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.errors import ConfigError
 from miles_ray.core.names import label_safe
 from miles_ray.core.planner import Plan
 from miles_ray.core.recipes import Recipe
@@ -29,71 +31,82 @@ def default_run_name(recipe: Recipe, plan: Plan, created: str) -> str:
     return f"{base}-{plan.nodes}n-{stamp}"
 
 
-def train_args(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str, *,
-               num_rollout: int | None = None, enable_eval: bool = True, save: bool = True) -> list[str]:
-    """Miles ``train.py`` flags for a recipe (mirrors upstream ``scripts/run_qwen3_dense.py``) with the
-    planned split flags in place of the launcher's always-colocated ones."""
-    model_dir = PurePosixPath(cfg.model_dir)
-    data_dir = PurePosixPath(cfg.data_dir)
-    ckpt = f"{output_dir}/checkpoints"
-    args = [
-        "--hf-checkpoint", str(model_dir / recipe.hf_dir),
-        "--ref-load", str(model_dir / recipe.megatron_dir),
-        "--load", ckpt,
-    ]
-    if save:
-        args += ["--save", ckpt, "--save-interval", "20"]
-    args += [
-        "--prompt-data", str(data_dir / recipe.train_data),
-        "--input-key", "prompt", "--label-key", "label", "--apply-chat-template", "--rollout-shuffle",
-        "--rm-type", "deepscaler",
-        "--num-rollout", str(num_rollout or recipe.num_rollout),
-        "--rollout-batch-size", str(recipe.rollout_batch_size),
-        "--n-samples-per-prompt", str(recipe.n_samples_per_prompt),
-        "--rollout-max-response-len", "8192", "--rollout-temperature", "1",
-        "--global-batch-size", str(recipe.global_batch_size),
-        "--balance-data",
-        "--optimizer", "adam", "--lr", "1e-6", "--lr-decay-style", "constant", "--weight-decay", "0.1",
-        "--adam-beta1", "0.9", "--adam-beta2", "0.98",
-    ]
-    if recipe.optimizer_cpu_offload:
-        args += ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
-    args += [
-        "--advantage-estimator", "grpo", "--use-kl-loss", "--kl-loss-coef", "0.00", "--kl-loss-type", "low_var_kl",
-        "--entropy-coef", "0.00", "--eps-clip", "0.2", "--eps-clip-high", "0.28",
-        "--tensor-model-parallel-size", str(recipe.tensor_parallel), "--sequence-parallel",
-        "--pipeline-model-parallel-size", str(recipe.pipeline_parallel),
-        "--context-parallel-size", str(recipe.context_parallel),
-        "--expert-model-parallel-size", str(recipe.expert_parallel),
-        "--expert-tensor-parallel-size", str(recipe.expert_tensor_parallel),
-        "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
-        "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(recipe.max_tokens_per_gpu),
-    ]
-    if enable_eval and recipe.eval_data:
-        args += [
-            "--eval-interval", "20", "--eval-prompt-data", "aime", str(data_dir / recipe.eval_data),
-            "--n-samples-per-eval-prompt", "16", "--eval-max-response-len", "16384", "--eval-top-p", "1",
-        ]
-    args += ["--sglang-mem-fraction-static", str(recipe.sglang_mem_fraction_static)]
-    args += [
-        "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--accumulate-allreduce-grads-in-fp32",
-        "--attention-softmax-in-fp32", "--attention-backend", "flash",
-    ]
+# Env vars the upstream launcher (execute_train) passes through from the environment it submits from.
+ENV_PASSTHROUGH = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "NCCL_DEBUG_FILE")
+# What miles-ray adds to the runtime env beyond the launcher's (miles_env: on an existing KubeRay head, Kubernetes
+# service env, the memory monitor; RAY_ADDRESS) -- besides the user's own env (config env, --env).
+MILES_RAY_ENV = ("MILES_SCRIPT_EXTERNAL_RAY", "PROMETHEUS_PORT", "RAY_memory_monitor_refresh_ms", "RAY_ADDRESS")
+
+
+def _fill(token: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        token = token.replace("{" + key + "}", value)
+    return token
+
+
+def train_args(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str, run_id: str, *,
+               num_rollout: int | None = None) -> list[str]:
+    """Every ``train.py`` flag the upstream launcher passes for the recipe (its captured ``train_args``, with the
+    directories filled in: ``output_dir`` and ``run_id`` as the launcher's ``--output-dir`` / ``--run-id``), then
+    the planned split flags in place of the launcher's."""
+    if not recipe.train_args:
+        raise ConfigError(f"recipe {recipe.name!r} has no train_args: direct mode builds train.py's command line "
+                          "from them", hint="add model_args and train_args to the recipe (docs/recipes.md), or "
+                                            "use --mode launcher")
+    values = {"model_dir": cfg.model_dir, "data_dir": cfg.data_dir, "output_dir": output_dir, "run_id": run_id}
+    args = [_fill(t, values) for t in recipe.train_args]
+    if num_rollout:
+        if "--num-rollout" in args:
+            args[args.index("--num-rollout") + 1] = str(num_rollout)
+        else:
+            args += ["--num-rollout", str(num_rollout)]
     return args + list(plan.miles_args)
 
 
-def direct_entrypoint(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str,
-                      extra_args: list[str] | None = None, **kw) -> str:
-    """``python3 <miles root>/train.py <model args> <train + split flags>`` as a Ray job entrypoint.
+def direct_argv(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str, run_id: str,
+                extra_args: list[str] | None = None, *, num_rollout: int | None = None) -> list[str]:
+    """``python3 <miles root>/train.py <model args> <train flags> <split flags> <extra args>``: the upstream
+    launcher's ``ray job submit`` entrypoint, with the model architecture flags inlined as the launcher does
+    (from ``scripts/models/<type>.py`` at the pinned commit; nothing is sourced on the node)."""
+    return ["python3", str(PurePosixPath(cfg.miles_root) / "train.py"), *recipe.model_args,
+            *train_args(cfg, recipe, plan, output_dir, run_id, num_rollout=num_rollout), *(extra_args or [])]
 
-    Model architecture flags live in ``<miles root>/scripts/models/<type>.sh`` (a bash array MODEL_ARGS),
-    exactly as the upstream launchers source them; bash expands it on the node that runs the driver.
-    """
-    root = PurePosixPath(cfg.miles_root)
-    models_sh = root / "scripts" / "models" / f"{recipe.megatron_model_type}.sh"
-    script = f'source {shlex.quote(str(models_sh))} && exec python3 {shlex.quote(str(root / "train.py"))} "${{MODEL_ARGS[@]}}" "$@"'
-    args = train_args(cfg, recipe, plan, output_dir, **kw) + list(extra_args or [])
-    return shlex.join(["bash", "-c", script, "miles-train", *args])
+
+def direct_entrypoint(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str, run_id: str,
+                      extra_args: list[str] | None = None, *, num_rollout: int | None = None) -> str:
+    """:func:`direct_argv` as a Ray job entrypoint (a shell command line)."""
+    return shlex.join(direct_argv(cfg, recipe, plan, output_dir, run_id, extra_args, num_rollout=num_rollout))
+
+
+def _path_join(*parts: str | None) -> str:
+    entries = [e for p in parts if p for e in p.split(":") if e]
+    return ":".join(dict.fromkeys(entries))
+
+
+def direct_job_env(cfg: MilesRayConfig, dashboard_url: str, recipe: Recipe, environ: Mapping[str, str],
+                   extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The runtime env of a direct-mode job: what the upstream launcher's ``execute_train`` puts there for the
+    recipe, computed from ``environ`` (the environment submit runs in) as the launcher computes it from its own,
+    plus miles-ray's values (:data:`MILES_RAY_ENV`) and the user's env (config env, ``extra`` = --env).
+
+    Launcher values: PYTHONUNBUFFERED, CUDA_DEVICE_MAX_CONNECTIONS (not for FSDP), NCCL_NVLS_ENABLE (the config's
+    value, as miles-ray sets it for the launcher), the :data:`ENV_PASSTHROUGH` variables set in ``environ``,
+    ``MASTER_ADDR`` (``environ``'s, else 127.0.0.1) and ``no_proxy=127.0.0.1,<MASTER_ADDR>``, the recipe's
+    ``launcher_env``, and PYTHONPATH = Miles root, Megatron, then the user's and ``environ``'s PYTHONPATH
+    appended (duplicates dropped)."""
+    master = environ.get("MASTER_ADDR", "127.0.0.1")
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
+    if recipe.cuda_device_max_connections:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    env.update({k: environ[k] for k in ENV_PASSTHROUGH if k in environ})
+    env.update({"no_proxy": f"127.0.0.1,{master}", "MASTER_ADDR": master})
+    env.update(recipe.launcher_env)
+    env.update(extra or {})
+    env.update(miles_env(cfg))
+    env["RAY_ADDRESS"] = dashboard_url
+    env["PYTHONPATH"] = _path_join(cfg.miles_root, cfg.megatron_path, (extra or {}).get("PYTHONPATH"),
+                                   cfg.env.get("PYTHONPATH"), environ.get("PYTHONPATH"))
+    return dict(sorted(env.items()))
 
 
 def rehearsal_entrypoint(driver: str, plan: Plan, timeout: float, hold: float = 0) -> str:
@@ -107,7 +120,7 @@ def launcher_argv(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: s
                   extra_args: list[str] | None = None) -> list[str]:
     """The upstream launcher's command line (run where the Miles checkout lives, never inside a Ray job)."""
     argv = ["python3", str(PurePosixPath(cfg.miles_root) / recipe.launcher),
-            "--model-name", recipe.name, *plan.launcher_args,
+            *recipe.launcher_args, *plan.launcher_args,
             "--model-dir", cfg.model_dir, "--data-dir", cfg.data_dir, "--output-dir", output_dir,
             "--megatron-path", cfg.megatron_path, "--run-id", run_id]
     if extra_args:
@@ -128,11 +141,11 @@ def job_env(cfg: MilesRayConfig, dashboard_url: str, extra: dict[str, str] | Non
 
 
 def launcher_job_operation(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, image: str, run: str, output_dir: str,
-                           head_url: str, extra_args: list[str] | None = None) -> dict:
+                           head_url: str, extra_args: list[str] | None = None, run_id: str | None = None) -> dict:
     """A Polyaxon ``kind: job`` that runs the upstream launcher in the Miles image, in the cluster, against
     the existing head (``MILES_SCRIPT_EXTERNAL_RAY=1``, ``RAY_ADDRESS`` = the head service). The launcher
     only submits, so the pod asks for no GPU; it gets the same connection (the launcher resolves paths)."""
-    argv = launcher_argv(cfg, recipe, plan, output_dir, run, extra_args)
+    argv = launcher_argv(cfg, recipe, plan, output_dir, run_id or run, extra_args)
     env = dict(miles_env(cfg))
     env["RAY_ADDRESS"] = head_url
     return {

@@ -16,6 +16,7 @@ from miles_ray.core.recipes import Recipe
 LayoutChoice = Literal["colocated", "disaggregated"]
 
 RULES: dict[str, str] = {
+    "hardware-plannable": "the recipe's launcher targets NVIDIA GPUs (AMD and NPU launchers are listed, not planned)",
     "positive-sizes": "nodes and GPUs per node are whole numbers >= 1",
     "model-parallel-divides-trainer": "trainer GPUs % (TP*PP*CP) == 0",
     "gbs-divisible-by-dp": "global batch size % data-parallel size == 0",
@@ -153,6 +154,12 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
           rollout_nodes: int | None, rollout_gpus: int | None) -> Plan:
     errors: list[Violation] = []
     warnings: list[str] = []
+    if not recipe.plannable:
+        errors.append(Violation(rule="hardware-plannable",
+                                message=(f"the upstream launcher {recipe.launcher} targets {recipe.hardware.upper()} "
+                                         f"hardware{': ' + recipe.hardware_note if recipe.hardware_note else ''}; "
+                                         "only NVIDIA GPU clusters are planned")))
+        return _assemble(recipe, nodes, g, layout, 0, 0, None, 0, None, 0, errors, warnings)
     if nodes < 1 or g < 1:
         errors.append(Violation(rule="positive-sizes",
                                 message=f"nodes ({nodes}) and GPUs per node ({g}) must be >= 1"))
@@ -205,6 +212,10 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
     if recipe.tensor_parallel > g:
         plan.warnings.append(f"TP {recipe.tensor_parallel} is larger than {g} GPUs per node: tensor parallelism "
                              "will cross nodes (slow); prefer nodes with >= TP GPUs")
+    if recipe.launcher_max_nodes and nodes > recipe.launcher_max_nodes:
+        plan.warnings.append(f"the upstream launcher {recipe.launcher} has a layout for at most "
+                             f"{recipe.launcher_max_nodes} node(s) and refuses {nodes}; direct mode reuses its "
+                             f"{recipe.launcher_max_nodes}-node flags with this split")
     if plan.idle_gpus and not plan.errors:
         plan.warnings.append(f"{plan.idle_gpus} GPU(s) stay idle with this split")
     return plan
@@ -267,7 +278,7 @@ def suggest(recipe: Recipe, nodes: int, g: int, limit: int = 3) -> list[Suggesti
     rollout nodes that work. Rule checks are memoised per trainer/rollout size, so this stays fast for
     thousands of nodes.
     """
-    if g < 1:
+    if g < 1 or not recipe.plannable:
         return []
     batch_ok = not _violations(lambda out: _check_batch(recipe, out))
 

@@ -17,8 +17,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.safe_yaml import load_yaml_file
+from miles_ray.core.upstream_jobs import JOBS, UPSTREAM_MILES_COMMIT
+
+__all__ = ["BUILTIN", "UPSTREAM_MILES_COMMIT", "Recipe", "SPLIT_FLAGS", "catalog", "get_recipe"]
 
 Layout = Literal["colocated", "disaggregated"]
+# The split flags the planner sets (flag -> number of values); a recipe's train_args never carry them.
+SPLIT_FLAGS = {"--colocate": 0, "--actor-num-nodes": 1, "--actor-num-gpus-per-node": 1, "--num-gpus-per-node": 1,
+               "--rollout-num-gpus-per-engine": 1, "--rollout-num-gpus": 1}
+# train.py flags that must agree with the recipe's own fields (the planner checks the fields).
+_FLAG_FIELDS = {
+    "--tensor-model-parallel-size": "tensor_parallel", "--pipeline-model-parallel-size": "pipeline_parallel",
+    "--context-parallel-size": "context_parallel", "--expert-model-parallel-size": "expert_parallel",
+    "--expert-tensor-parallel-size": "expert_tensor_parallel", "--global-batch-size": "global_batch_size",
+    "--rollout-batch-size": "rollout_batch_size", "--n-samples-per-prompt": "n_samples_per_prompt",
+    "--max-tokens-per-gpu": "max_tokens_per_gpu", "--sglang-mem-fraction-static": "sglang_mem_fraction_static",
+    "--num-rollout": "num_rollout", "--num-attention-heads": "attention_heads", "--num-experts": "num_experts",
+}
+Hardware = Literal["nvidia", "amd", "npu"]
 
 
 class Recipe(BaseModel):
@@ -53,6 +69,20 @@ class Recipe(BaseModel):
     default_actor_nodes: int | None = Field(None, ge=1, description="disaggregated: trainer nodes")
     default_rollout_gpus: int | None = Field(None, ge=1, description="disaggregated: rollout GPUs")
     launcher_max_nodes: int | None = Field(None, ge=1, description="largest --num-nodes the upstream launcher accepts")
+    launcher_args: list[str] = Field(default_factory=list,
+                                     description="flags passed to the upstream launcher to pick this recipe")
+    hardware: Hardware = Field("nvidia", description="accelerators the launcher targets (amd/npu: not plannable)")
+    hardware_note: str = ""
+    capture_nodes: list[int] = Field(default_factory=list,
+                                     description="node counts (besides 1, 2, 4) the parity captures cover")
+    model_args: list[str] = Field(default_factory=list,
+                                  description="model architecture flags of train.py (upstream scripts/models/<type>.py)")
+    train_args: list[str] = Field(
+        default_factory=list,
+        description=("every other train.py flag the launcher passes, in its order, without the split flags; "
+                     "{model_dir}, {data_dir}, {output_dir} and {run_id} are filled in at submit"))
+    launcher_env: dict[str, str] = Field(default_factory=dict, description="env vars the launcher adds to the job")
+    cuda_device_max_connections: bool = Field(True, description="CUDA_DEVICE_MAX_CONNECTIONS=1 in the job (not FSDP)")
 
     @field_validator("hf_dir", "megatron_dir", "train_data", "eval_data", "launcher")
     @classmethod
@@ -74,7 +104,35 @@ class Recipe(BaseModel):
             raise ValueError("expert_parallel > 1 needs num_experts (a MoE model)")
         if self.default_layout == "disaggregated" and not (self.default_actor_nodes and self.default_rollout_gpus):
             raise ValueError("a disaggregated recipe needs default_actor_nodes and default_rollout_gpus")
+        split = sorted(set(self.train_args) & set(SPLIT_FLAGS))
+        if split:
+            raise ValueError(f"train_args must not set the split flags {', '.join(split)} (the planner sets them)")
+        flags = self.flag_values()
+        for flag, name in _FLAG_FIELDS.items():
+            if flag in flags and _number(flags[flag]) != _number(getattr(self, name)):
+                raise ValueError(f"{'model_args' if flag in ('--num-attention-heads', '--num-experts') else 'train_args'}"
+                                 f" pass {flag} {flags[flag]} but {name} is {getattr(self, name)}")
         return self
+
+    def flag_values(self) -> dict[str, str]:
+        """The first value of every valued flag in model_args + train_args (``--flag value``)."""
+        out: dict[str, str] = {}
+        args = [*self.model_args, *self.train_args]
+        for flag, value in zip(args, args[1:]):
+            if flag.startswith("--") and not value.startswith("--"):
+                out.setdefault(flag, value)
+        return out
+
+    @property
+    def num_layers(self) -> int | None:
+        value = self.flag_values().get("--num-layers")
+        return int(value) if value and value.isdigit() else None
+
+    def pipeline_edge_layers(self) -> tuple[int | None, int | None]:
+        """(first, last) pipeline stage layer counts when the launcher makes them uneven."""
+        flags = self.flag_values()
+        first, last = (flags.get(f"--decoder-{w}-pipeline-num-layers") for w in ("first", "last"))
+        return (int(first) if first and first.isdigit() else None, int(last) if last and last.isdigit() else None)
 
     @property
     def model_parallel(self) -> int:
@@ -89,11 +147,32 @@ class Recipe(BaseModel):
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def plannable(self) -> bool:
+        """False for launchers that need hardware the planner cannot plan (AMD ROCm, Ascend NPU)."""
+        return self.hardware == "nvidia"
+
+    @property
+    def capturable(self) -> bool:
+        return self.plannable
+
     def content_hash(self) -> str:
         """A stable hash of everything that changes what training does (used to gate resume)."""
         payload = self.model_dump(exclude={"description"})
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def _number(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _upstream(name: str) -> dict:
+    """The captured upstream job data of a built-in recipe (miles_ray.core.upstream_jobs)."""
+    return dict(JOBS[name])
 
 
 def _dense(name: str, model_type: str, tp: int, max_tokens: int, engine: int, mem: float, cpu_adam: bool,
@@ -111,6 +190,8 @@ def _dense(name: str, model_type: str, tp: int, max_tokens: int, engine: int, me
         optimizer_cpu_offload=cpu_adam,
         attention_heads=heads,
         num_rollout=num_rollout,
+        launcher_args=["--model-name", name],
+        **_upstream(name),
     )
 
 
@@ -140,16 +221,18 @@ BUILTIN: dict[str, Recipe] = {
             max_tokens_per_gpu=32768,
             optimizer_cpu_offload=True,
             launcher_max_nodes=1,  # the upstream launcher implements H100 x 1 node only
+            launcher_args=["--model-name", "Qwen3-30B-A3B"],
+            **_upstream("Qwen3-30B-A3B"),
         ),
         Recipe(
             name="Qwen3-235B-A22B",
             description=(
-                "Qwen3-235B-A22B MoE, disaggregated (upstream scripts/run_qwen3_235b_a22b.py): "
-                "8 trainer nodes TP4/PP4/CP2/EP16, 64 rollout GPUs, 32 GPUs per engine"
+                "Qwen3-235B-A22B MoE GSPO, disaggregated (upstream scripts/run_qwen3_235b_a22b.py): "
+                "8 trainer nodes TP4/PP4/CP2/EP16, 64 rollout GPUs, 32 GPUs per engine, FP8 rollout weights"
             ),
             launcher="scripts/run_qwen3_235b_a22b.py",
             megatron_model_type="qwen3-235B-A22B",
-            hf_dir="Qwen3-235B-A22B",
+            hf_dir="Qwen3-235B-A22B-FP8",
             megatron_dir="Qwen3-235B-A22B_torch_dist",
             tensor_parallel=4,
             pipeline_parallel=4,
@@ -159,10 +242,39 @@ BUILTIN: dict[str, Recipe] = {
             attention_heads=64,
             num_experts=128,
             max_tokens_per_gpu=16384,
+            global_batch_size=64,
+            rollout_batch_size=8,
             optimizer_cpu_offload=True,
             default_layout="disaggregated",
             default_actor_nodes=8,
             default_rollout_gpus=64,
+            launcher_args=["--model-name", "Qwen3-235B-A22B"],
+            capture_nodes=[16],
+            **_upstream("Qwen3-235B-A22B"),
+        ),
+        # Launchers for hardware miles-ray cannot plan: listed and marked, refused by plan and submit.
+        Recipe(
+            name="Qwen3-4B-AMD",
+            description="Qwen3-4B GRPO on AMD MI350X/MI355X (upstream scripts/amd/run_qwen3_4b.py)",
+            launcher="scripts/amd/run_qwen3_4b.py", megatron_model_type="qwen3-4B", hf_dir="Qwen3-4B",
+            megatron_dir="Qwen3-4B_torch_dist", tensor_parallel=2, rollout_gpus_per_engine=2, attention_heads=32,
+            hardware="amd", hardware_note="ROCm on MI350X/MI355X", launcher_args=["--hardware", "MI355X"],
+        ),
+        Recipe(
+            name="Qwen3-30B-A3B-AMD",
+            description="Qwen3-30B-A3B MoE GRPO on AMD MI350X/MI355X (upstream scripts/amd/run_qwen3_30b_a3b.py)",
+            launcher="scripts/amd/run_qwen3_30b_a3b.py", megatron_model_type="qwen3-30B-A3B",
+            hf_dir="Qwen3-30B-A3B", megatron_dir="Qwen3-30B-A3B_torch_dist", tensor_parallel=1, expert_parallel=4,
+            rollout_gpus_per_engine=2, attention_heads=32, num_experts=128, max_tokens_per_gpu=16384,
+            hardware="amd", hardware_note="ROCm on MI350X/MI355X", launcher_args=["--hardware", "MI355X"],
+            launcher_max_nodes=1,
+        ),
+        Recipe(
+            name="Qwen3-4B-NPU",
+            description="Qwen3-4B GRPO on Ascend NPU (upstream scripts/run_qwen3_4b_npu.py)",
+            launcher="scripts/run_qwen3_4b_npu.py", megatron_model_type="qwen3-4B", hf_dir="Qwen3-4B",
+            megatron_dir="Qwen3-4B_torch_dist", tensor_parallel=4, rollout_gpus_per_engine=1, attention_heads=32,
+            max_tokens_per_gpu=4096, sglang_mem_fraction_static=0.6, hardware="npu", hardware_note="Ascend NPU",
         ),
     )
 }

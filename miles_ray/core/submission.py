@@ -13,12 +13,14 @@ service read from the head after preparing.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, job_env, launcher_argv,
-                                       launcher_job_operation, rehearsal_entrypoint, submission_id)
+from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, direct_job_env, job_env,
+                                       launcher_argv, launcher_job_operation, rehearsal_entrypoint, submission_id)
 from miles_ray.core.errors import ConfigError, Conflict
 from miles_ray.core.heads import in_cluster_url, parse_head
 from miles_ray.core.images import ImageRef, check_image
@@ -112,6 +114,10 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
         if recipe.launcher_max_nodes and plan.nodes > recipe.launcher_max_nodes:
             raise ConfigError(f"the upstream launcher {recipe.launcher} supports at most {recipe.launcher_max_nodes} "
                               f"node(s)", hint="use --mode direct")
+    if request.mode == "direct" and not request.rehearse and not recipe.train_args:
+        raise ConfigError(f"recipe {recipe.name!r} has no train_args: direct mode builds train.py's command line from "
+                          "them", hint="add model_args and train_args to the recipe (docs/recipes.md), or use "
+                                       "--mode launcher")
     image = check_image(cfg.image, cfg.allow_unpinned)[0] if cfg.image else None
     if request.run is not None and not RUN_NAME.fullmatch(request.run):
         raise ConfigError(f"run name {request.run!r} is not valid",
@@ -173,12 +179,14 @@ class SubmitJob:
 
 def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarget, *, created: str,
                    launchers_dir: str, existing: dict[str, Any] | None = None,
-                   resume: dict[str, Any] | None = None) -> SubmitJob:
+                   resume: dict[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> SubmitJob:
     """The complete job for ``valid`` on ``target``.
 
     ``created``: the submit time (ISO, UTC; names an unnamed run). ``launchers_dir``: the payload directory
     shipped with a rehearsal. ``existing``: the record already stored under the run's name, if any. ``resume``:
-    the record of the run named by --resume-from (its output dir and checkpoints are reused)."""
+    the record of the run named by --resume-from (its output dir and checkpoints are reused). ``environ``: the
+    environment submit runs in; a direct-mode job takes MASTER_ADDR, the NCCL/GLOO settings and PYTHONPATH from
+    it as the upstream launcher does from its own (:func:`miles_ray.core.entrypoint.direct_job_env`)."""
     request, recipe, plan, image = valid.request, valid.recipe, valid.plan, valid.image
     head = parse_head(target.address)
     if request.mode == "launcher" and head.kind == "kubernetes" and image is None:
@@ -206,7 +214,13 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         output_dir, resumed_from = resume["output_dir"], resume["run"]
 
     in_cluster = in_cluster_url(target.address)
-    runtime_env: dict[str, Any] = {"env_vars": job_env(cfg, in_cluster, valid.env)}
+    # The launcher's --run-id: its checkpoints may live under <output dir>/<run id>, so a resumed run keeps the
+    # name its output dir was made for.
+    run_id = PurePosixPath(output_dir).name
+    direct = request.mode == "direct" and not request.rehearse
+    env_vars = (direct_job_env(cfg, in_cluster, recipe, environ or {}, valid.env) if direct
+                else job_env(cfg, in_cluster, valid.env))
+    runtime_env: dict[str, Any] = {"env_vars": env_vars}
     argv = None
     if request.rehearse:
         entrypoint = rehearsal_entrypoint(REHEARSAL_DRIVER, plan, max(10, min(request.timeout, 600)), request.hold)
@@ -214,10 +228,10 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
             entrypoint = entrypoint.replace("python3", target.python, 1)
         runtime_env["working_dir"] = launchers_dir
     elif request.mode == "direct":
-        entrypoint = direct_entrypoint(cfg, recipe, plan, output_dir, request.extra_args,
+        entrypoint = direct_entrypoint(cfg, recipe, plan, output_dir, run_id, request.extra_args,
                                        num_rollout=request.num_rollout)
     else:
-        argv = launcher_argv(cfg, recipe, plan, output_dir, run, request.extra_args)
+        argv = launcher_argv(cfg, recipe, plan, output_dir, run_id, request.extra_args)
         entrypoint = " ".join(argv)
     mode = "rehearse" if request.rehearse else request.mode
     record = RunRecord(
@@ -238,7 +252,7 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         kind = "launcher-polyaxon" if head.kind == "kubernetes" else "launcher-exec"
         if kind == "launcher-polyaxon":
             operation = launcher_job_operation(cfg, recipe, plan, record["image"], run, output_dir, in_cluster,
-                                               request.extra_args)
+                                               request.extra_args, run_id=run_id)
     # Data and checkpoint preflight on every node: default on for Kubernetes clusters, where the shared volume is
     # real (--check-data / --no-check-data override). Rehearsals touch no data.
     check_data = not request.rehearse and (request.check_data if request.check_data is not None

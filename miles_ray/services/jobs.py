@@ -74,7 +74,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored))
     existing = state.read_json(state.record_path(run)) if run and RUN_NAME.fullmatch(run) else None
     job = prepare_submit(cfg, valid, target, created=_now(), launchers_dir=str(launchers_dir()), existing=existing,
-                         resume=_find_resume(resume_from) if resume_from else None)
+                         resume=_find_resume(resume_from) if resume_from else None, environ=os.environ)
     if dry_run == "client":
         return dry_run_view(job, "client")
     try:

@@ -21,8 +21,6 @@ from tests.conftest import REPO
 
 pytestmark = [pytest.mark.ray]
 
-MODEL_ARGS = ["--num-layers", "36"]
-
 
 @pytest.fixture(scope="module")
 def world(local_ray, tmp_path_factory):
@@ -30,9 +28,8 @@ def world(local_ray, tmp_path_factory):
     data and dataset revision, c on different eval data (another recipe's eval_data)."""
     tmp = tmp_path_factory.mktemp("cmpreg")
     root = tmp / "miles"
-    (root / "scripts" / "models").mkdir(parents=True)
+    root.mkdir(parents=True)
     shutil.copy(REPO / "tests" / "fakes" / "fake_metrics_train.py", root / "train.py")  # STAND-IN train.py
-    (root / "scripts" / "models" / "qwen3-4B.sh").write_text("MODEL_ARGS=(\n  " + "\n  ".join(MODEL_ARGS) + "\n)\n")
     mount = tmp / "mnt"
     (tmp / "miles-ray.yaml").write_text(f"miles_root: {root}\nmount_path: {mount}\n")
     from miles_ray.core.recipes import get_recipe

@@ -18,16 +18,20 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.ray
 
-MODEL_ARGS = ["--num-layers", "36", "--hidden-size", "2560", "--num-attention-heads", "32"]
+# Qwen3-4B's architecture flags as upstream scripts/models/qwen3-4B.py gives them (radixark/miles 31f1ca9)
+MODEL_ARGS = ["--swiglu", "--num-layers", "36", "--hidden-size", "2560", "--ffn-hidden-size", "9728",
+              "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
+              "--use-rotary-position-embeddings", "--disable-bias-linear", "--normalization", "RMSNorm",
+              "--norm-epsilon", "1e-6", "--rotary-base", "1000000", "--vocab-size", "151936", "--kv-channels", "128",
+              "--qk-layernorm"]
 
 
 @pytest.fixture
 def miles_root(tmp_path) -> Path:
-    """A stand-in Miles checkout: the fake train.py and the model-args script the launchers source."""
+    """A stand-in Miles checkout: the fake train.py (direct mode inlines the model args; nothing is sourced)."""
     root = tmp_path / "miles"
-    (root / "scripts" / "models").mkdir(parents=True)
+    root.mkdir()
     shutil.copy(REPO / "tests" / "fakes" / "fake_train.py", root / "train.py")
-    (root / "scripts" / "models" / "qwen3-4B.sh").write_text("MODEL_ARGS=(\n  " + "\n  ".join(MODEL_ARGS) + "\n)\n")
     return root
 
 
@@ -64,6 +68,7 @@ def test_direct_mode_entrypoint_and_env_exact(env, cli, miles_root, tmp_path):
         "--sglang-mem-fraction-static", "0.7",
         "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--accumulate-allreduce-grads-in-fp32",
         "--attention-softmax-in-fp32", "--attention-backend", "flash",
+        "--use-miles-dashboard", "--dump-details", "/mnt/miles/runs/direct-1/dump_details",
         "--colocate", "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "8", "--num-gpus-per-node", "8",
         "--rollout-num-gpus-per-engine", "2",
     ]
@@ -73,6 +78,8 @@ def test_direct_mode_entrypoint_and_env_exact(env, cli, miles_root, tmp_path):
     assert (e["MILES_SCRIPT_EXTERNAL_RAY"], e["PROMETHEUS_PORT"], e["NCCL_NVLS_ENABLE"], e["PYTHONUNBUFFERED"],
             e["CUDA_DEVICE_MAX_CONNECTIONS"], e["EXTRA_FLAG"]) == ("1", "9090", "0", "1", "1", "yes")
     assert e["PYTHONPATH"].split(":")[:2] == [str(miles_root), "/opt/Megatron-LM"]
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")  # the submitting environment's, as upstream
+    assert (e["MASTER_ADDR"], e["no_proxy"]) == (master, f"127.0.0.1,{master}")
     # the run record carries the provenance
     code, stdout, _ = cli("runs", "-o", "json")
     [r] = [r for r in json.loads(stdout) if r["run"] == "direct-1"]

@@ -88,6 +88,8 @@ def data_parallel(recipe: Recipe, trainer_gpus: int) -> int | None:
 def broken_rules(recipe: Recipe, split: Split) -> set[str]:
     """Ids of the violated rules for this split (empty: feasible)."""
     n, g, a, r = split.nodes, split.gpus_per_node, split.trainer_gpus, split.rollout_gpus
+    if recipe.hardware != "nvidia":
+        return {"hardware-plannable"}  # AMD / NPU launchers: listed in the catalog, never planned
     if n < 1 or g < 1:
         return {"positive-sizes"}
     bad: set[str] = set()

@@ -121,8 +121,14 @@ def test_init_writes_a_loadable_file_and_refuses_overwrite(cli, clean_env) -> No
 def test_recipes_json(cli, clean_env) -> None:
     code, out, _ = cli("recipes", "-o", "json")
     assert code == 0
-    names = {r["name"] for r in json.loads(out)}
+    data = json.loads(out)
+    names = {r["name"] for r in data["recipes"]}
     assert {"Qwen3-4B", "Qwen3-30B-A3B", "Qwen3-235B-A22B"} <= names
+    from miles_ray.core.recipes import UPSTREAM_MILES_COMMIT
+
+    assert data["upstream_miles_commit"] == UPSTREAM_MILES_COMMIT and len(UPSTREAM_MILES_COMMIT) == 40
+    code, text, _ = cli("recipes")
+    assert code == 0 and UPSTREAM_MILES_COMMIT in text
 
 
 HEAVY = ("ray", "polyaxon", "kubernetes")

@@ -99,6 +99,8 @@ HAND_WORKED = [
     ("b32", 1, 8, None, None, None, {"rollout-batch-multiple-of-gbs"}, None),  # 8 x 4 = 32, GBS 256
     ("e16h24", 2, 8, None, None, None, {HEADS}, None),  # 24 heads % 16
     ("Qwen3-4B", 0, 8, None, None, None, {"positive-sizes"}, None),
+    ("Qwen3-4B-AMD", 1, 8, None, None, None, {"hardware-plannable"}, None),  # an AMD launcher: listed, not planned
+    ("Qwen3-4B-NPU", 2, 8, None, None, None, {"hardware-plannable"}, None),
     ("Qwen3-4B", 2, 0, None, None, None, {"positive-sizes"}, None),
 ]
 
@@ -149,6 +151,8 @@ def test_every_recipe_matches_the_rules(name: str, n: int, g: int) -> None:
     assert plan.feasible == (not expected)
     if plan.feasible:
         _check_against_the_simulation(recipe, plan, split_of(recipe, n, g, recipe.default_layout))
+    elif expected == {"hardware-plannable"}:
+        assert not plan.suggestions, "no size makes an AMD / NPU launcher plannable"
     else:
         assert plan.suggestions, "an infeasible plan must suggest feasible alternatives"
         _check_suggestions(recipe, n, g, plan.suggestions)

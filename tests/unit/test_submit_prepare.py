@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from miles_ray.core.config import load_config
-from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, job_env, launcher_argv,
+from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, direct_job_env, launcher_argv,
                                        launcher_job_operation, submission_id)
 from miles_ray.core.errors import ConfigError, Conflict, PlanError
 from miles_ray.core.planner import plan_split
@@ -34,11 +34,12 @@ def config(**over):
     return load_config({"name": "q4", "namespace": "ml", "nodes": 2, **over}, environ={})
 
 
-def prepare(cfg=None, target=None, *, created=CREATED, existing=None, resume=None, **request) -> SubmitJob:
+def prepare(cfg=None, target=None, *, created=CREATED, existing=None, resume=None, environ=None,
+            **request) -> SubmitJob:
     cfg = cfg or config()
     valid = validate_request(cfg, SubmitRequest(**request))
     return prepare_submit(cfg, valid, target or SubmitTarget("address", URL), created=created,
-                          launchers_dir=LAUNCHERS, existing=existing, resume=resume)
+                          launchers_dir=LAUNCHERS, existing=existing, resume=resume, environ=environ)
 
 
 @pytest.fixture
@@ -56,17 +57,29 @@ def no_io(monkeypatch):
 
 def test_direct_job_is_complete(no_io):
     cfg = config(image=IMAGE, ray_version="2.60.0", env={"WANDB_MODE": "offline"})
+    environ = {"MASTER_ADDR": "10.1.2.3", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/site/extra", "HOME": "/home/u"}
     job = prepare(cfg, run="q4-a", env=["EXTRA_FLAG=yes"], extra_args=["--lr", "2e-6"], miles_commit="abc123",
-                  model_revision="m1", dataset_revision="d1", num_rollout=40)
+                  model_revision="m1", dataset_revision="d1", num_rollout=40, environ=environ)
     recipe, plan = BUILTIN["Qwen3-4B"], plan_split(BUILTIN["Qwen3-4B"], 2, 8)
     out = "/mnt/miles/runs/q4-a"
     assert job.kind == "ray-job" and job.run == "q4-a" and job.output_dir == out
     assert job.submission_id == submission_id("q4", "q4-a") == "miles-ray-q4-q4-a"
-    assert job.entrypoint == direct_entrypoint(cfg, recipe, plan, out, ["--lr", "2e-6"], num_rollout=40)
-    assert job.runtime_env == {"env_vars": job_env(cfg, URL, {"EXTRA_FLAG": "yes"})}
+    assert job.entrypoint == direct_entrypoint(cfg, recipe, plan, out, "q4-a", ["--lr", "2e-6"], num_rollout=40)
+    argv = shlex.split(job.entrypoint)
+    # train.py itself, model architecture flags inlined (nothing sourced), the run's flags, split flags, extra args
+    assert argv[:2] == ["python3", "/root/miles/train.py"] and "bash" not in argv and "source" not in job.entrypoint
+    assert argv[2:2 + len(recipe.model_args)] == recipe.model_args and "--num-layers" in recipe.model_args
+    assert argv[argv.index("--num-rollout") + 1] == "40" and argv.count("--num-rollout") == 1
+    assert argv[argv.index("--load") + 1] == f"{out}/checkpoints"
+    assert argv[argv.index("--dump-details") + 1] == f"{out}/dump_details"
+    assert argv[-len(plan.miles_args) - 2:] == [*plan.miles_args, "--lr", "2e-6"]
+    assert job.runtime_env == {"env_vars": direct_job_env(cfg, URL, recipe, environ, {"EXTRA_FLAG": "yes"})}
     env = job.runtime_env["env_vars"]
     assert (env["RAY_ADDRESS"], env["MILES_SCRIPT_EXTERNAL_RAY"], env["EXTRA_FLAG"], env["WANDB_MODE"]) == (
         URL, "1", "yes", "offline")
+    assert (env["MASTER_ADDR"], env["no_proxy"], env["NCCL_DEBUG"], env["PYTHONPATH"]) == (
+        "10.1.2.3", "127.0.0.1,10.1.2.3", "INFO", "/root/miles:/root/Megatron-LM:/site/extra")
+    assert "HOME" not in env and "NCCL_SOCKET_IFNAME" not in env  # only the launcher's pass-through, when set
     assert job.metadata == {"miles_ray_run": "q4-a", "recipe": "Qwen3-4B", "recipe_hash": recipe.content_hash(),
                             "cluster": "q4", "mode": "direct", "layout": "colocated", "image_digest": DIGEST,
                             "output_dir": out}

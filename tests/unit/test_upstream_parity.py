@@ -1,0 +1,127 @@
+"""Direct mode = what the upstream Miles launcher submits.
+
+tests/data/upstream_miles/<commit>/<recipe>-<nodes>n.json hold what each catalog recipe's upstream launcher
+(radixark/miles at the catalog's pinned commit) submits for that size: captured by tools/capture_upstream_jobs.py,
+which runs the launcher's own job-building code with its command execution replaced by a recorder. For every
+recipe and size, the job ``submit`` prepares in direct mode (through the real prepare step, with the submitting
+environment the capture ran in) must equal it: the train.py argv exactly and in order once the split flags the
+planner sets are set aside, the split flags themselves, and the runtime env apart from miles-ray's own values.
+No Miles checkout is needed here."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from miles_ray.core.config import load_config
+from miles_ray.core.entrypoint import MILES_RAY_ENV
+from miles_ray.core.errors import PlanError
+from miles_ray.core.recipes import BUILTIN, SPLIT_FLAGS, UPSTREAM_MILES_COMMIT
+from miles_ray.core.submission import SubmitRequest, SubmitTarget, prepare_submit, validate_request
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "upstream_miles" / UPSTREAM_MILES_COMMIT[:7]
+CAPTURES = sorted(DATA.glob("*.json"))
+URL = "http://10.0.0.5:8265"
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def split_aside(argv: list[str]) -> tuple[list[str], dict[str, str | None]]:
+    """(argv without the split flags, {split flag: value})."""
+    rest, split, i = [], {}, 0
+    while i < len(argv):
+        n = SPLIT_FLAGS.get(argv[i])
+        if n is None:
+            rest.append(argv[i])
+            i += 1
+        else:
+            assert argv[i] not in split, f"{argv[i]} given twice"
+            split[argv[i]] = argv[i + 1] if n else None
+            i += 1 + n
+    return rest, split
+
+
+def our_job(cap: dict):
+    paths = cap["paths"]
+    mount = "/capture"
+    assert all(paths[k].startswith(mount + "/") for k in ("model_dir", "data_dir", "output_dir"))
+    cfg = load_config({"name": "parity", "nodes": cap["nodes"], "gpus_per_node": cap["gpus_per_node"],
+                       "recipe": cap["recipe"], "mount_path": mount, "models_dir": "models",
+                       "datasets_dir": "datasets", "runs_dir": "outputs", "miles_root": paths["miles_root"],
+                       "megatron_path": cap["launcher_argv"][cap["launcher_argv"].index("--megatron-path") + 1]},
+                      environ={})
+    valid = validate_request(cfg, SubmitRequest(run=paths["run_id"]))
+    return prepare_submit(cfg, valid, SubmitTarget("address", URL), created="2026-08-22T00:00:00+00:00",
+                          launchers_dir="/unused", environ=cap["submit_env"])
+
+
+def test_every_catalog_recipe_is_captured_at_the_pinned_commit():
+    assert len(UPSTREAM_MILES_COMMIT) == 40 and DATA.is_dir()
+    names = {p.name for p in CAPTURES}
+    for recipe in BUILTIN.values():
+        if not recipe.capturable:
+            continue
+        for n in sorted({1, 2, 4, *recipe.capture_nodes}):
+            assert f"{recipe.name}-{n}n.json" in names, f"no capture of {recipe.name} on {n} node(s)"
+    for path in CAPTURES:
+        cap = load(path)
+        assert cap["upstream_commit"] == UPSTREAM_MILES_COMMIT
+        assert cap["made_by"].startswith("tools/capture_upstream_jobs.py ")
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=[p.stem for p in CAPTURES])
+def test_direct_job_equals_the_upstream_launchers(path):
+    cap = load(path)
+    recipe = BUILTIN[cap["recipe"]]
+    if cap["refused"]:
+        # The launcher has no layout for this size; our catalog says so (launcher mode refuses it too).
+        assert recipe.launcher_max_nodes is not None and cap["nodes"] > recipe.launcher_max_nodes, cap["refused"]
+        return
+    theirs_rest, theirs_split = split_aside(cap["entrypoint_argv"])
+    try:
+        job = our_job(cap)
+    except PlanError as e:
+        # The launcher ignores --num-nodes and submits its own fixed split; the planner refuses the size instead.
+        assert recipe.default_layout == "disaggregated", e
+        need = int(theirs_split["--actor-num-nodes"]) + int(theirs_split["--rollout-num-gpus"]) // cap["gpus_per_node"]
+        assert cap["nodes"] < need and "infeasible" in str(e)
+        return
+    ours_rest, ours_split = split_aside(shlex.split(job.entrypoint))
+    assert ours_rest == theirs_rest
+    assert ours_split == theirs_split
+    ours_env = {k: v for k, v in job.runtime_env["env_vars"].items() if k not in MILES_RAY_ENV}
+    assert ours_env == cap["runtime_env"]["env_vars"]
+    assert set(job.runtime_env) == set(cap["runtime_env"]) == {"env_vars"}
+    assert job.runtime_env["env_vars"]["RAY_ADDRESS"] == URL
+
+
+def test_catalog_fields_agree_with_the_launchers_flags():
+    """The planner reads the recipe's fields; the job carries the launcher's flags: they must be one truth."""
+    for recipe in BUILTIN.values():
+        if not recipe.train_args:
+            continue
+        flags = recipe.flag_values()
+        assert int(flags["--tensor-model-parallel-size"]) == recipe.tensor_parallel, recipe.name
+        assert int(flags["--global-batch-size"]) == recipe.global_batch_size, recipe.name
+        assert int(flags["--num-attention-heads"]) == recipe.attention_heads, recipe.name
+        assert flags["--hf-checkpoint"].rstrip("/") == "{model_dir}/" + recipe.hf_dir, recipe.name
+        assert flags["--ref-load"] == "{model_dir}/" + recipe.megatron_dir, recipe.name
+        assert flags["--prompt-data"] == "{data_dir}/" + recipe.train_data, recipe.name
+
+
+def test_submitting_environment_is_read_only_for_the_launchers_keys():
+    cap = load(DATA / "Qwen3-4B-1n.json")
+    bare = dict(cap, submit_env={})
+    env = our_job(bare).runtime_env["env_vars"]
+    assert (env["MASTER_ADDR"], env["no_proxy"], env["PYTHONPATH"]) == (
+        "127.0.0.1", "127.0.0.1,127.0.0.1", "/root/miles:/root/Megatron-LM")
+    assert not {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "NCCL_DEBUG_FILE"} & set(env)
+    noisy = dict(cap, submit_env={"NCCL_DEBUG_FILE": "/tmp/nccl.%h", "SECRET_THING": "x", "PYTHONPATH": "/a:/root/miles"})
+    env = our_job(noisy).runtime_env["env_vars"]
+    assert env["NCCL_DEBUG_FILE"] == "/tmp/nccl.%h" and "SECRET_THING" not in env
+    assert env["PYTHONPATH"] == "/root/miles:/root/Megatron-LM:/a"  # appended, duplicates dropped
