@@ -27,14 +27,17 @@ def status_cmd(
 ) -> None:
     """Show the cluster (nodes alive in Ray, GPUs per node) or, given RUN, that run's job.
 
-    With RUN the exit code tells the job's state: 0 succeeded, 3 failed, 5 pending or running, 6 stopped
+    With RUN, once the run's cluster is gone, the job info saved when the run ended or its cluster went down
+    is shown instead, saying so. With RUN the exit code tells the job's state: 0 succeeded, 3 failed, 5 pending or running, 6 stopped
     (--namespace must then be the namespace of the run's cluster).
     """
     if run:
         info = run_status(pick_run(run, namespace), kube_context=context, kubeconfig=kubeconfig)
         emit(info, output, lambda: out.print(
             f"run {info['run']}: [bold]{info['status']}[/] (job {info['submission_id']} on {info['address']})"
-            + (f"\n{info['message']}" if info.get("message") else "")))
+            + (f"\n{info['message']}" if info.get("message") else "")
+            + (f"\n(read the saved copy {info['saved_copy']['dir']}, saved {info['saved_copy']['saved_at']}: "
+               f"{info['saved_copy']['reason']}; the cluster no longer has the job)" if info.get("saved_copy") else "")))
         job_state_exit(info["run"], info["status"])
         return
 
