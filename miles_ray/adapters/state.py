@@ -189,3 +189,21 @@ def load_run_copy(run: str) -> dict[str, Any] | None:
     except FileNotFoundError:
         logs = ""
     return {**meta, "dir": str(d), "logs": logs}
+
+
+# -- local clusters parked by 'park' (their processes stopped, their shape kept for 'resume') ---------
+
+def parked_local_path(name: str) -> Path:
+    return state_dir() / "local-parked" / f"{name}.json"
+
+
+def read_parked_local(name: str) -> dict[str, Any] | None:
+    return read_json(parked_local_path(name))
+
+
+def write_parked_local(name: str, record: dict[str, Any]) -> None:
+    atomic_write_json(parked_local_path(name), record)
+
+
+def remove_parked_local(name: str) -> None:
+    parked_local_path(name).unlink(missing_ok=True)

@@ -49,6 +49,9 @@ def scale(cfg: MilesRayConfig, backend: str, nodes: int, progress: Progress = No
 def down(cfg: MilesRayConfig, backend: str, **kube: Any) -> dict:
     """Delete the cluster, first saving the driver logs and job info of every run recorded on it
     (:mod:`miles_ray.services.saved_runs`); ``saved_runs`` in the result says which were saved."""
+    if backend == "local" and state.read_parked_local(cfg.name) is not None and not local_exists(cfg.name):
+        state.remove_parked_local(cfg.name)  # parked: its processes are already gone
+        return {"name": cfg.name, "was_parked": True, "saved_runs": {"saved": [], "not_saved": {}}}
     saved = save_runs_before_down(cfg, backend)
     if backend == "local":
         out = local_ray.down(state.local_clusters_dir(), cfg.name)
