@@ -75,3 +75,19 @@ def test_render_cli_options(cli, clean_env) -> None:
     assert code == 2 and out == "" and err.startswith("error: --scheduler") and "volcano" in err
     code, out, err = cli(*RENDER, "--queue", "Team_A")
     assert code == 2 and out == "" and "DNS-1123" in err
+
+
+def test_kueue_crd_copy_is_the_recorded_file() -> None:
+    """tests/data/kueue holds Kueue's LocalQueue CRD unchanged (sha256 recorded in SOURCE with its module)."""
+    import hashlib
+
+    from tests.conftest import REPO
+
+    data = REPO / "tests" / "data" / "kueue"
+    source = dict(line.split("=", 1) for line in (data / "SOURCE").read_text().splitlines()
+                  if line and not line.startswith("#"))
+    crd_bytes = (data / "kueue.x-k8s.io_localqueues.yaml").read_bytes()
+    assert hashlib.sha256(crd_bytes).hexdigest() == source["SHA256"]
+    crd = yaml.safe_load(crd_bytes)
+    assert crd["metadata"]["name"] == "localqueues.kueue.x-k8s.io" and source["MODULE"] == "sigs.k8s.io/kueue"
+    assert {v["name"] for v in crd["spec"]["versions"] if v["served"]} >= {"v1beta2"}
