@@ -506,3 +506,38 @@ def port_forward(api_client, namespace: str, pod: str, remote_port: int = 8265) 
         thread.join(timeout=2)
         for _, unused in pending:
             unused.close()
+
+
+# -- other CRDs (queues) --------------------------------------------------------------------------
+
+def crd_served_versions(api_client, crd_name: str) -> list[str] | None:
+    """Served versions of CRD ``crd_name`` (e.g. ``localqueues.kueue.x-k8s.io``), or None when it is not
+    installed."""
+    from kubernetes import client
+
+    try:
+        crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(crd_name)
+    except Exception as e:  # noqa: BLE001
+        if _status(e) == 404:
+            return None
+        raise api_error(e, f"read CRD {crd_name}") from None
+    return [v.name for v in crd.spec.versions if v.served]
+
+
+def custom_object_exists(api_client, group: str, version: str, plural: str, name: str,
+                         namespace: str | None = None) -> bool:
+    """Whether the custom object exists (namespaced when ``namespace`` is given, else cluster-scoped)."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(api_client)
+    try:
+        if namespace is None:
+            api.get_cluster_custom_object(group, version, plural, name)
+        else:
+            api.get_namespaced_custom_object(group, version, namespace, plural, name)
+        return True
+    except Exception as e:  # noqa: BLE001
+        if _status(e) == 404:
+            return False
+        where = f"{namespace}/{name}" if namespace else name
+        raise api_error(e, f"read {plural}.{group} {where}") from None

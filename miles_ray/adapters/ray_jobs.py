@@ -363,3 +363,25 @@ def list_jobs(address: str) -> list[dict]:
     client = _client(address)
     jobs = _call(address, "listing jobs", client.list_jobs)
     return sorted((_info_dict(j) for j in jobs), key=lambda j: j.get("start_time") or 0)
+
+
+# ------------------------------------------------------------------------------------------
+# activity (plain HTTP): is anything running, and since when has nothing run
+# ------------------------------------------------------------------------------------------
+
+
+def activity(address: str, timeout: float = 10.0) -> dict:
+    """What the dashboard's activity API says about drivers (``GET /api/component_activities``: ``is_active``
+    ACTIVE/INACTIVE/ERROR, ``last_activity_at`` = the latest job end, seconds since the epoch), plus when the head
+    node started (``/api/v0/nodes``, for a cluster that has never run a job)."""
+    address = normalize_address(address)
+    driver = (_get_json(address, f"/api/component_activities?timeout={int(timeout)}", timeout + 5) or {}).get(
+        "driver") or {}
+    payload = _get_json(address, "/api/v0/nodes?limit=10000&detail=true", timeout)
+    data = (payload.get("data") or {}).get("result") or {}
+    rows = data.get("result", []) if isinstance(data, dict) else data
+    head = next((n for n in rows or [] if n.get("is_head_node") and n.get("state") == "ALIVE"), {})
+    started_ms = head.get("start_time_ms")
+    return {"status": driver.get("is_active"), "reason": driver.get("reason"),
+            "observed_at": driver.get("timestamp"), "last_activity_at": driver.get("last_activity_at"),
+            "head_started_at": started_ms / 1000 if started_ms else None}

@@ -148,3 +148,62 @@ def list_records() -> list[dict[str, Any]]:
         if isinstance(data, dict) and "run" in data:
             out.append(data)
     return sorted(out, key=lambda r: r.get("created", ""))
+
+
+# -- saved copies of a run's job (they outlive the cluster) --------------------------------------
+
+def saved_dir(run: str) -> Path:
+    """Where a run's driver logs and job info are saved, next to its record: ``runs/RUN.saved/``."""
+    return runs_dir() / f"{run}.saved"
+
+
+def save_run_copy(run: str, job: dict[str, Any], logs: str, reason: str, saved_at: str) -> Path:
+    """Save the run's job info and driver logs (``job.json`` and ``driver.log``), replacing an older copy.
+    ``reason`` says what saved it (the job ended, 'stop', 'down')."""
+    d = saved_dir(run)
+    with locked(d / "job.json"):
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".driver.log.", dir=d)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(logs)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, d / "driver.log")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        atomic_write_json(d / "job.json", {"run": run, "job": job, "saved_at": saved_at, "reason": reason,
+                                           "logs_bytes": len(logs.encode())})
+    return d
+
+
+def load_run_copy(run: str) -> dict[str, Any] | None:
+    """The saved copy of a run's job: ``{run, job, saved_at, reason, dir, logs}``, or None when none was saved."""
+    d = saved_dir(run)
+    meta = read_json(d / "job.json")
+    if not isinstance(meta, dict):
+        return None
+    try:
+        logs = (d / "driver.log").read_text(errors="replace")
+    except FileNotFoundError:
+        logs = ""
+    return {**meta, "dir": str(d), "logs": logs}
+
+
+# -- local clusters parked by 'park' (their processes stopped, their shape kept for 'resume') ---------
+
+def parked_local_path(name: str) -> Path:
+    return state_dir() / "local-parked" / f"{name}.json"
+
+
+def read_parked_local(name: str) -> dict[str, Any] | None:
+    return read_json(parked_local_path(name))
+
+
+def write_parked_local(name: str, record: dict[str, Any]) -> None:
+    atomic_write_json(parked_local_path(name), record)
+
+
+def remove_parked_local(name: str) -> None:
+    parked_local_path(name).unlink(missing_ok=True)

@@ -31,6 +31,9 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "logs": ("logs", "logs_cmd", "Print a run's job logs (from the Ray Jobs API)."),
     "stop": ("stop", "stop_cmd", "Stop a run's Ray job."),
     "runs": ("runs", "runs_app", "Run records: list them (the default), compare two."),
+    "park": ("park", "park_cmd",
+             "Park the cluster: its pods go (GPUs freed), the RayCluster object, claims and checkpoints stay."),
+    "resume": ("resume", "resume_cmd", "Resume a parked cluster and wait until every GPU worker has rejoined Ray."),
     "down": ("down", "down_cmd", "Delete the cluster. Shared storage, PVCs and checkpoints are never touched."),
     "check-data": ("check_data", "check_data_cmd",
                    "Check on the head and EVERY GPU worker that the launcher's paths exist, are readable, and that "

@@ -47,6 +47,8 @@ RolloutNodesOpt = Annotated[Optional[int], typer.Option("--rollout-nodes", min=0
 RolloutGpusOpt = Annotated[Optional[int], typer.Option("--rollout-gpus", min=1, help="disaggregated: rollout GPUs (a partial last node is allowed)", show_default=False)]
 ImageOpt = Annotated[Optional[str], typer.Option("--image", help="Miles image pinned by digest: repo[:tag]@sha256:<64 hex>", show_default=False)]
 RayVersionOpt = Annotated[Optional[str], typer.Option("--ray-version", help="Ray version inside the image (rayVersion)", show_default=False)]
+QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="admit the whole cluster at once through this queue: a Kueue LocalQueue (label kueue.x-k8s.io/queue-name), or with --scheduler volcano a Volcano queue", show_default=False)]
+SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", metavar="<default|volcano>", help="volcano: KubeRay's Volcano gang scheduling (ray.io/scheduler-name: volcano, one PodGroup for head + workers) [default: default]", show_default=False)]
 AllowUnpinnedOpt = Annotated[Optional[bool], typer.Option("--allow-unpinned/--require-pinned", help="accept a tag-only image (warns)", show_default=False)]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, YesOpt, config_flags, confirm, emit, err, progress_display)
+                                  Output, OutputOpt, YesOpt, config_flags, confirm, emit, err, progress_display, warn)
 from miles_ray.core.config import load_config
 from miles_ray.services import clusters
 
@@ -20,7 +20,9 @@ def down_cmd(
 ) -> None:
     """Delete the cluster. Shared storage, PVCs and checkpoints are never touched.
 
-    Asks for confirmation unless --yes (the local backend, which only stops local processes, does not ask).
+    First saves the driver logs and job info of every run recorded on the cluster next to its run record, so
+    'logs RUN' and 'status RUN' still answer afterwards. Asks for confirmation unless --yes (the local
+    backend, which only stops local processes, does not ask).
     """
 
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
@@ -31,3 +33,8 @@ def down_cmd(
     with progress_display(f"deleting cluster {cfg.name} ({chosen}); storage and checkpoints are kept"):
         result = clusters.down(cfg, chosen)
     emit(result, output, lambda: err.print(f"cluster {cfg.name!r} is down ({chosen}); storage and checkpoints kept"))
+    saved = result.get("saved_runs") or {}
+    if output is Output.table and saved.get("saved"):
+        err.print(f"saved the logs and job info of run(s) {', '.join(saved['saved'])} ('miles-ray logs RUN' reads them)")
+    for run, why in (saved.get("not_saved") or {}).items():
+        warn(f"could not save the logs of run {run}: {why}")

@@ -21,12 +21,19 @@ def read_logs(run: str, follow: bool, output: Output, kube_context: str | None =
     following it is also said on stderr."""
     kube = {"kube_context": kube_context, "kubeconfig": kubeconfig}
     text = None
+
+    def saved_copy(where: dict) -> None:
+        err.print(f"run {run}: its cluster no longer has the job; reading the saved copy ({where['dir']}, saved "
+                  f"{where['saved_at']}: {where['reason']})")
+
+    kube["on_saved_copy"] = saved_copy
     if output is Output.table:
         for chunk in run_logs(run, follow, **kube):
             sys.stdout.write(chunk)
             sys.stdout.flush()
     else:
         text = "".join(run_logs(run, follow, **kube))
+    kube.pop("on_saved_copy")
     state = run_status(run, **kube)["status"] if follow or output is not Output.table else None
     if follow:
         err.print(f"run {run}: {state}")
@@ -42,6 +49,9 @@ def logs_cmd(
     output: OutputOpt = Output.table,
 ) -> None:
     """Print a run's job logs (from the Ray Jobs API).
+
+    Once the run's cluster is gone (after 'down'), the copy saved when the run ended or when its cluster went
+    down is printed instead, saying so on stderr.
 
     With --follow, stream until the job ends and exit with its state: 0 succeeded, 3 failed, 6 stopped.
     If the head goes away while following, say so and exit 1. -o json/yaml prints one document (run,

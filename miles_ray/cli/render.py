@@ -13,8 +13,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt, NameOpt, NamespaceOpt,
-                                  NodesOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt,
-                                  config_flags, err, warn)
+                                  NodesOpt, QueueOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt,
+                                  RolloutNodesOpt, SchedulerOpt, config_flags, err, warn)
 from miles_ray.cli.plan import require_feasible, resolve_plan
 from miles_ray.core.errors import ConfigError
 from miles_ray.adapters.crd_schema import validate_raycluster
@@ -22,6 +22,7 @@ from miles_ray.adapters.polyaxon_spec import to_custom_resource, validate_operat
 from miles_ray.core.builders import build_operation, build_raycluster
 from miles_ray.core.config import load_config
 from miles_ray.core.images import check_image
+from miles_ray.core.queues import apply_to_operation, apply_to_raycluster
 from miles_ray.core.recipes import get_recipe
 from miles_ray.core.single_node import build_single_node
 
@@ -54,7 +55,7 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
     warnings += plan.warnings
     docs: dict[str, dict[str, Any]] = {}
     if formats & {"polyaxon", "polyaxon-cr"}:
-        op = build_operation(cfg, plan, str(image), cfg.ray_version)
+        op = apply_to_operation(build_operation(cfg, plan, str(image), cfg.ray_version), cfg, plan.ray.gpu_workers)
         validate_operation(op)
         if "polyaxon" in formats:
             docs["polyaxon"] = op
@@ -66,7 +67,7 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
                                                      owner=cfg.polyaxon_owner, connections=connections,
                                                      polyaxon_host=cfg.polyaxon_host or "http://localhost:8000")
     if "kuberay" in formats:
-        rc = build_raycluster(cfg, plan, str(image), cfg.ray_version)
+        rc = apply_to_raycluster(build_raycluster(cfg, plan, str(image), cfg.ray_version), cfg)
         validate_raycluster(rc)
         docs["kuberay"] = rc
     return docs, warnings, plan
@@ -129,6 +130,8 @@ def render_cmd(
     image: ImageOpt = None,
     ray_version: RayVersionOpt = None,
     allow_unpinned: AllowUnpinnedOpt = None,
+    queue: QueueOpt = None,
+    scheduler: SchedulerOpt = None,
     recipe_file: RecipeFileOpt = None,
     config: ConfigOpt = None,
     single_node: Annotated[bool, typer.Option("--single-node", help="start with one single-node job: one Polyaxon job running the upstream Miles launcher in one pod (no KubeRay, no --ray-version)")] = False,
@@ -154,7 +157,8 @@ def render_cmd(
     cfg = load_config(config_flags(name=name, namespace=namespace, recipe=recipe, nodes=nodes,
                                    gpus_per_node=gpus_per_node, layout=layout, rollout_nodes=rollout_nodes,
                                    rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
-                                   allow_unpinned=allow_unpinned, recipe_file=recipe_file), config)
+                                   allow_unpinned=allow_unpinned, recipe_file=recipe_file,
+                                   queue=queue, scheduler=scheduler), config)
     if single_node:
         if format is not Format.polyaxon:
             raise ConfigError(f"--single-node renders a Polyaxon job only, not -F {format.value}",

@@ -13,6 +13,7 @@ from miles_ray.cli.plan import resolve_plan
 from miles_ray.core.config import load_config
 from miles_ray.core.planner import summary_line
 from miles_ray.services import clusters
+from miles_ray.services.lifecycle import refuse_scale_if_autoscaled
 
 
 def scale_cmd(
@@ -31,10 +32,14 @@ def scale_cmd(
 ) -> None:
     """Resize the GPU worker group, wait until Ray sees the change, and print the split for the new size.
 
-    Refuses to shrink below the GPU nodes a running job of this cluster needs, unless --force.
+    Refuses to shrink below the GPU nodes a running job of this cluster needs, unless --force. Refuses a
+    RayCluster whose worker replicas KubeRay's in-tree autoscaler owns (spec.enableInTreeAutoscaling: true;
+    clusters made by 'up' never turn it on).
     """
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)
+    if chosen != "local":
+        refuse_scale_if_autoscaled(cfg)
     with progress_display(f"scaling {cfg.name} to {nodes} GPU node(s)",
                           timeout=timeout if chosen == "local" or wait else None) as p:
         kube = {} if chosen == "local" else {"wait": wait, "ray_check": ray_check}

@@ -10,7 +10,8 @@ from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt,
                                   Output, OutputOpt, config_flags, emit, job_state_exit, out, pick_run)
 from miles_ray.cli.up import kube_status_table, nodes_table
 from miles_ray.core.config import load_config
-from miles_ray.services import clusters
+from miles_ray.core.errors import ClusterError
+from miles_ray.services import clusters, lifecycle
 from miles_ray.services.jobs import run_status
 
 
@@ -21,24 +22,50 @@ def status_cmd(
     namespace: NamespaceOpt = None,
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
-    ray: Annotated[bool, typer.Option("--ray/--no-ray", help="kubernetes: also ask Ray (via a port-forward to the head) how many nodes are alive")] = False,
+    ray: Annotated[bool, typer.Option("--ray/--no-ray", help="kubernetes: also ask Ray (via a port-forward to the head) how many nodes are alive and since when it is idle")] = False,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Show the cluster (nodes alive in Ray, GPUs per node) or, given RUN, that run's job.
 
-    With RUN the exit code tells the job's state: 0 succeeded, 3 failed, 5 pending or running, 6 stopped
+    For the cluster it also says since when it has been idle -- no job pending or running and no active
+    driver, from the Ray dashboard's activity API (on Kubernetes with --ray) -- or that it is parked.
+
+    With RUN, once the run's cluster is gone, the job info saved when the run ended or its cluster went down
+    is shown instead, saying so. With RUN the exit code tells the job's state: 0 succeeded, 3 failed, 5 pending or running, 6 stopped
     (--namespace must then be the namespace of the run's cluster).
     """
     if run:
         info = run_status(pick_run(run, namespace), kube_context=context, kubeconfig=kubeconfig)
         emit(info, output, lambda: out.print(
             f"run {info['run']}: [bold]{info['status']}[/] (job {info['submission_id']} on {info['address']})"
-            + (f"\n{info['message']}" if info.get("message") else "")))
+            + (f"\n{info['message']}" if info.get("message") else "")
+            + (f"\n(read the saved copy {info['saved_copy']['dir']}, saved {info['saved_copy']['saved_at']}: "
+               f"{info['saved_copy']['reason']}; the cluster no longer has the job)" if info.get("saved_copy") else "")))
         job_state_exit(info["run"], info["status"])
         return
 
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
-    chosen = clusters.pick_backend(backend.value, cfg)
+    chosen = lifecycle.pick_backend(backend.value, cfg)
+    parked = lifecycle.parked_record(cfg, chosen)
+    if parked is not None:
+        emit(parked, output, lambda: out.print(f"cluster {cfg.name}: [bold]parked[/] since {parked['parked_at']}; "
+                                               "'miles-ray resume' brings it back"))
+        return
     status = clusters.status(cfg, chosen, **({} if chosen == "local" else {"with_ray": ray}))
-    emit(status, output, lambda: nodes_table(status) if chosen == "local" else kube_status_table(status))
+    if chosen == "local" or ray:
+        try:
+            status["idle"] = lifecycle.cluster_idle(cfg, chosen, status if chosen == "local" else None)
+        except ClusterError as e:
+            status["idle"] = {"idle": None, "reason": str(e).splitlines()[0]}
+
+    def table() -> None:
+        nodes_table(status) if chosen == "local" else kube_status_table(status)
+        if status.get("state") == "suspended":
+            out.print("parked (spec.suspend: true); 'miles-ray resume' brings it back")
+        idle = status.get("idle")
+        if idle:
+            out.print(f"idle since {idle['since']} ({idle['idle_seconds']:.0f}s): {idle['reason']}" if idle["idle"]
+                      else f"busy: {idle['reason']}" if idle["idle"] is False else f"idle: unknown ({idle['reason']})")
+
+    emit(status, output, table)

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
-                                  RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, TimeoutOpt,
-                                  config_flags, emit, err, out, progress_display, warn)
+                                  QueueOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt,
+                                  SchedulerOpt, TimeoutOpt, config_flags, emit, err, out, progress_display, warn)
 from miles_ray.core.errors import ConfigError
 from miles_ray.cli.render import build_single_node_document
 from miles_ray.core.config import load_config
@@ -87,6 +87,8 @@ def up_cmd(
     image: ImageOpt = None,
     ray_version: RayVersionOpt = None,
     allow_unpinned: AllowUnpinnedOpt = None,
+    queue: QueueOpt = None,
+    scheduler: SchedulerOpt = None,
     namespace: NamespaceOpt = None,
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
@@ -115,7 +117,8 @@ def up_cmd(
     cfg = load_config(config_flags(nodes=nodes, gpus_per_node=gpus_per_node, name=name, recipe=recipe, layout=layout,
                                    rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
                                    ray_version=ray_version, allow_unpinned=allow_unpinned, namespace=namespace,
-                                   kube_context=context, kubeconfig=kubeconfig, recipe_file=recipe_file), config)
+                                   kube_context=context, kubeconfig=kubeconfig, recipe_file=recipe_file,
+                                   queue=queue, scheduler=scheduler), config)
     if single_node:
         if backend is Backend.local or via is Via.kuberay:
             raise ConfigError("--single-node creates a Polyaxon job (the launcher starts Ray inside its pod)",

@@ -64,6 +64,10 @@ class MilesRayConfig(BaseModel):
     polyaxon_owner: str = Field("default", description="Polyaxon organization")
     polyaxon_project: str = Field("miles", description="Polyaxon project for operations")
     polyaxon_preset: str | None = Field(None, description="Polyaxon scheduling preset applied to the operation")
+    queue: str | None = Field(None, description="queue that admits the whole cluster at once: a Kueue LocalQueue "
+                              "(label kueue.x-k8s.io/queue-name), or with scheduler: volcano a Volcano queue")
+    scheduler: Literal["default", "volcano"] = Field(
+        "default", description="pod scheduler: default, or volcano (KubeRay's ray.io/scheduler-name: volcano gang)")
 
     # image and Ray
     image: str | None = Field(None, description="Miles image, pinned: repo[:tag]@sha256:<64 hex>")
@@ -131,7 +135,7 @@ class MilesRayConfig(BaseModel):
         except ConfigError as e:
             raise ValueError(str(e)) from None
 
-    @field_validator("worker_group", "connection", "volume_claim")
+    @field_validator("worker_group", "connection", "volume_claim", "queue")
     @classmethod
     def _dns(cls, v: str | None) -> str | None:
         if v is not None and (len(v) > 63 or not re.fullmatch(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", v)):
@@ -352,6 +356,10 @@ polyaxon_owner: default
 polyaxon_project: miles
 # polyaxon_host: http://polyaxon.example:8000
 # polyaxon_preset: gpu-h100
+
+# Gang admission: a Kueue LocalQueue (or, with scheduler: volcano, a Volcano queue) admits the whole cluster.
+# queue: team-a
+# scheduler: volcano
 
 # The Miles image, pinned by digest: head, every worker and the submitter run exactly this build.
 # image: radixark/miles:latest@sha256:<64 hex>

@@ -11,6 +11,7 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ConfigError, PlanError
 from miles_ray.core.images import check_image
 from miles_ray.core.planner import Plan, plan_split, summary_line
+from miles_ray.core.queues import apply_to_operation, apply_to_raycluster
 from miles_ray.core.recipes import Recipe, get_recipe
 
 
@@ -49,7 +50,8 @@ def prepare_cluster(cfg: MilesRayConfig, via: str) -> ClusterObjects:
         raise ConfigError("no Ray version given", hint="pass --ray-version (the Ray installed in the image)")
     _, plan = resolve_plan(cfg)
     require_feasible(plan)
-    raycluster = build_raycluster(cfg, plan, str(image), cfg.ray_version)
-    operation = build_operation(cfg, plan, cfg.image, cfg.ray_version) if via == "polyaxon" else None
+    raycluster = apply_to_raycluster(build_raycluster(cfg, plan, str(image), cfg.ray_version), cfg)
+    operation = (apply_to_operation(build_operation(cfg, plan, cfg.image, cfg.ray_version), cfg, plan.ray.gpu_workers)
+                 if via == "polyaxon" else None)
     return ClusterObjects(plan=plan, image=str(image), warnings=list(warnings), raycluster=raycluster,
                           operation=operation)

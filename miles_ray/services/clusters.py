@@ -11,8 +11,9 @@ from typing import Any, Callable
 
 from miles_ray.adapters import local_ray, state
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ConfigError
-from miles_ray.services import k8s_clusters
+from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.heads import LOCAL_SCHEME, k8s_address, service_url
+from miles_ray.services import k8s_clusters, saved_runs
 from miles_ray.services.heads import local_exists, pick_backend
 from miles_ray.services.jobs import live_status
 
@@ -46,9 +47,34 @@ def scale(cfg: MilesRayConfig, backend: str, nodes: int, progress: Progress = No
 
 
 def down(cfg: MilesRayConfig, backend: str, **kube: Any) -> dict:
+    """Delete the cluster, first saving the driver logs and job info of every run recorded on it
+    (:mod:`miles_ray.services.saved_runs`); ``saved_runs`` in the result says which were saved."""
+    if backend == "local" and state.read_parked_local(cfg.name) is not None and not local_exists(cfg.name):
+        state.remove_parked_local(cfg.name)  # parked: its processes are already gone
+        return {"name": cfg.name, "was_parked": True, "saved_runs": {"saved": [], "not_saved": {}}}
+    saved = save_runs_before_down(cfg, backend)
     if backend == "local":
-        return local_ray.down(state.local_clusters_dir(), cfg.name)
-    return k8s_clusters.down(cfg, **kube)
+        out = local_ray.down(state.local_clusters_dir(), cfg.name)
+    else:
+        out = k8s_clusters.down(cfg, **kube)
+    return {**out, "saved_runs": saved}
+
+
+def save_runs_before_down(cfg: MilesRayConfig, backend: str) -> dict:
+    """Save the jobs of the runs recorded on this cluster (by any of the addresses its head is known by)."""
+    if backend == "local":
+        head = f"{LOCAL_SCHEME}{cfg.name}"
+        addresses = [head]
+        try:
+            addresses.append(local_ray.status(state.local_clusters_dir(), cfg.name)["dashboard_url"])
+        except ClusterError:
+            pass
+    else:
+        rc = k8s_clusters.cluster_record(cfg)["raycluster"]
+        head = k8s_address(cfg.namespace, rc)
+        addresses = [head, service_url(cfg.namespace, rc)]
+    return saved_runs.save_cluster_runs(saved_runs.records_on(addresses), head, kube_context=cfg.kube_context,
+                                        kubeconfig=cfg.kubeconfig)
 
 
 def _refuse_shrink_below_running_jobs(cfg: MilesRayConfig, nodes: int, status: dict) -> None:

@@ -20,6 +20,7 @@ from miles_ray.core.entrypoint import RUN_NAME
 from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, NotFound, TimedOut
 from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, check_topology, parse_env,
                                        prepare_submit, validate_request)
+from miles_ray.services import saved_runs
 from miles_ray.services.datacheck import check_data as run_data_check
 from miles_ray.services.heads import resolve_address
 from miles_ray.services.probes import launchers_dir, payload_python
@@ -206,22 +207,46 @@ def live_status(record: dict[str, Any], kube_context: str | None = None, kubecon
 
 
 def run_status(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
+    """The run's job info from its head; once the head (or its job) is gone, from the saved copy (``saved_copy``
+    then says where and when it was saved). A job seen ended is saved."""
     rec = state.load_record(run)
-    with _open_run_head(rec, kube_context, kubeconfig) as url:
-        info = ray_jobs.status(url, rec["submission_id"])
+    try:
+        with _open_run_head(rec, kube_context, kubeconfig) as url:
+            info = ray_jobs.status(url, rec["submission_id"])
+            saved_runs.save_if_ended(rec, url, info)
+    except ClusterError:
+        info = saved_runs.saved_status(rec)
+        if info is None:
+            raise
     info.pop("runtime_env", None)
     return {"run": run, "submission_id": rec["submission_id"], "address": rec["address"], **info,
             "output_dir": rec["output_dir"], "recipe": rec["recipe"], "mode": rec["mode"]}
 
 
-def run_logs(run: str, follow: bool, *, kube_context: str | None = None,
-             kubeconfig: str | None = None) -> Iterator[str]:
+def run_logs(run: str, follow: bool, *, kube_context: str | None = None, kubeconfig: str | None = None,
+             on_saved_copy: Callable[[dict[str, Any]], None] | None = None) -> Iterator[str]:
+    """The job's driver logs from its head (followed until the job ends: then they are saved); once the head (or
+    its job) is gone, the saved copy, after calling ``on_saved_copy`` with where and when it was saved."""
     rec = state.load_record(run)
-    with _open_run_head(rec, kube_context, kubeconfig) as url:
-        if follow:
-            yield from ray_jobs.follow_logs(url, rec["submission_id"])
-        else:
-            yield ray_jobs.logs(url, rec["submission_id"])
+    yielded = False
+    try:
+        with _open_run_head(rec, kube_context, kubeconfig) as url:
+            if follow:
+                for chunk in ray_jobs.follow_logs(url, rec["submission_id"]):
+                    yielded = True
+                    yield chunk
+                saved_runs.save_if_ended(rec, url, ray_jobs.status(url, rec["submission_id"]))
+            else:
+                text = ray_jobs.logs(url, rec["submission_id"])
+                yielded = True
+                yield text
+    except ClusterError:
+        saved = None if yielded else saved_runs.saved_logs(rec)
+        if saved is None:
+            raise
+        if on_saved_copy:
+            on_saved_copy(saved[1])
+        yield saved[0]
 
 
 def run_stop(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None,
@@ -234,7 +259,9 @@ def run_stop(run: str, *, kube_context: str | None = None, kubeconfig: str | Non
         status = None
         if wait_timeout is not None:
             try:
-                status = ray_jobs.wait(url, rec["submission_id"], timeout=wait_timeout)["status"]
+                info = ray_jobs.wait(url, rec["submission_id"], timeout=wait_timeout)
+                status = info["status"]
+                saved_runs.save_if_ended(rec, url, info)
             except TimedOut as e:
                 raise TimedOut(f"run {run}: stop requested, but {e}",
                                hint=f"'miles-ray status {run}' shows when it has ended") from None

@@ -16,6 +16,7 @@ from miles_ray.core.errors import ClusterError, ConfigError, Conflict, Interrupt
 from miles_ray.core.heads import k8s_address
 from miles_ray.core.plans import ClusterObjects, prepare_cluster
 from miles_ray.services.jobs import live_status
+from miles_ray.services.queues import check_queue
 
 Progress = Callable[[str], None] | None
 POLL = 1.0
@@ -58,6 +59,9 @@ def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling
         raise ClusterError(f"the installed KubeRay serves RayCluster versions {versions}, not v1",
                            hint="upgrade KubeRay to >= 1.0")
     report["crd_versions"] = versions
+    queue = check_queue(cfg, api_client)
+    if queue is not None:
+        report["queue"] = queue
     if via == "kuberay" and not kube.pvc_exists(api_client, cfg.namespace, cfg.claim):
         raise NotFound(f"PersistentVolumeClaim {cfg.namespace}/{cfg.claim} does not exist",
                        hint="create the shared volume for models, data and checkpoints, or set volume_claim")

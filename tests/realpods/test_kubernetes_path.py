@@ -8,7 +8,8 @@
    ``render -F kuberay``'s, the pods' one resolver, check-data on the head and both worker pods (missing paths named per
    node, then all present), comm-check across the two worker pods, doctor clean, a job running on the head ->
    scale refused -> stop -> scale allowed, the head pod deleted under ``logs -f`` (one clear line, KubeRay
-   recreates it, status says so), doctor naming an image drift, down (claim kept).
+   recreates it, status says so), park (pods gone, claim kept) and resume (both workers ALIVE in Ray again),
+   doctor naming an image drift, down (claim kept).
 
 What is fake here, and why: the GPUs (``nvidia.com/gpu`` in the node status, Ray's ``num-gpus``: no GPU
 on this machine) and Miles's ``train.py`` (tests/fakes/fake_train.py, named as such, placed on the shared
@@ -318,6 +319,31 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
         "status", "--backend", "kubernetes", "-o", "json")[1] or "{}")) and any(
         p.get("name") == new_head for p in s.get("pods", [])) and s, 120)
     assert old_head not in {p.get("name") for p in st["pods"]}
+
+
+def test_park_frees_the_pods_and_resume_brings_both_workers_back_into_ray(live: SimpleNamespace,
+                                                                          real_pods: RealPods) -> None:
+    """(Before the image-drift test, which leaves a worker image no node can pull.)
+    park: spec.suspend, every pod deleted, the RayCluster and the claim kept, the runs' driver logs saved
+    first; resume: unsuspended, and it returns only once both GPU workers are ALIVE in Ray again (up's wait)."""
+    code, _, err = live.mr("submit", "--rehearse", "--nodes", "2", "--run", "before-park", "--follow")
+    assert code == 0, err[-3000:]
+    parked = _json(live.mr("park", "-y", "--backend", "kubernetes", "--timeout", "300", "-o", "json"))
+    assert parked["parked"] is True and "before-park" in parked["saved_runs"]["saved"]
+    [rc] = _rayclusters(live)
+    assert rc["spec"]["suspend"] is True
+    assert not live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items
+    assert live.core.read_namespaced_persistent_volume_claim("miles-data", NS).status.phase == "Bound"
+    code, out, err = live.mr("logs", "before-park")
+    assert code == 0 and "REHEARSAL_RESULT " in out and "reading the saved copy" in err, err[-2000:]
+
+    t = time.monotonic()
+    back = _json(live.mr("resume", "--backend", "kubernetes", "--timeout", "600", "-o", "json"))
+    real_pods.figures["resume_to_workers_in_ray_s"] = round(time.monotonic() - t, 1)
+    assert back["resumed"] is True and back["status"]["ray"]["gpu_node_count"] == 2
+    st = _json(live.mr("status", "--backend", "kubernetes", "--ray", "-o", "json"))
+    assert st["ray_nodes_alive"] == 3 and st["ray_gpus"] == 2 * GPUS  # the head and both GPU workers ALIVE
+    assert st["idle"]["idle"] is True  # a resumed cluster has run nothing since its head started
 
 
 def test_doctor_names_an_image_drift(live: SimpleNamespace) -> None:

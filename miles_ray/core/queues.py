@@ -1,0 +1,80 @@
+"""Queues and gang scheduling: what a queue or a batch scheduler adds to the objects 'up' creates. Pure.
+
+* Kueue (``queue`` alone): the RayCluster carries ``kueue.x-k8s.io/queue-name``; Kueue's RayCluster integration
+  admits the head and every worker group as one workload (gang) and owns ``spec.suspend`` from then on, so
+  miles-ray never toggles it ('park' refuses such a cluster). On the Polyaxon path the RayCluster is made by
+  Polyaxon's operator, so the pods carry Kueue's pod-group labels instead (one group of head + workers, its
+  total count annotated): Kueue admits them together through its pod integration.
+* Volcano (``scheduler: volcano``): KubeRay's ``ray.io/scheduler-name: volcano`` label (the operator, started
+  with Volcano as its batch scheduler, makes one PodGroup with minMember = head + workers) plus
+  ``volcano.sh/queue-name``. On the Polyaxon path the pods name ``schedulerName: volcano`` and the queue.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from miles_ray.core.config import MilesRayConfig
+
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_MANAGED = "kueue.x-k8s.io/managed"
+RAY_SCHEDULER = "ray.io/scheduler-name"
+VOLCANO_QUEUE = "volcano.sh/queue-name"
+VOLCANO_POD_QUEUE = "scheduling.volcano.sh/queue-name"
+
+
+def queue_kind(cfg: MilesRayConfig) -> str | None:
+    """``kueue``, ``volcano`` or None: who admits the cluster."""
+    if cfg.scheduler == "volcano":
+        return "volcano"
+    return "kueue" if cfg.queue else None
+
+
+def raycluster_labels(cfg: MilesRayConfig) -> dict[str, str]:
+    """The labels of the RayCluster object for the configured queue / scheduler."""
+    kind = queue_kind(cfg)
+    if kind == "kueue":
+        return {KUEUE_QUEUE: cfg.queue or ""}
+    if kind == "volcano":
+        return {RAY_SCHEDULER: "volcano", **({VOLCANO_QUEUE: cfg.queue} if cfg.queue else {})}
+    return {}
+
+
+def apply_to_raycluster(rc: dict[str, Any], cfg: MilesRayConfig) -> dict[str, Any]:
+    """A copy of ``rc`` with the queue / scheduler labels on its metadata (never on the pods: Kueue's pod
+    integration would then gate each pod again)."""
+    extra = raycluster_labels(cfg)
+    if not extra:
+        return rc
+    out = copy.deepcopy(rc)
+    out["metadata"]["labels"] = {**out["metadata"].get("labels", {}), **extra}
+    return out
+
+
+def apply_to_operation(op: dict[str, Any], cfg: MilesRayConfig, workers: int) -> dict[str, Any]:
+    """A copy of the Polyaxon operation whose head and worker pods carry the queue / scheduler (``workers``: the
+    GPU worker replicas, for Kueue's pod-group total count)."""
+    kind = queue_kind(cfg)
+    if kind is None:
+        return op
+    out = copy.deepcopy(op)
+    run = out["component"]["run"]
+    replicas = [run["head"], *run["workers"].values()]
+    for rep in replicas:
+        env = rep.setdefault("environment", {})
+        labels = env.setdefault("labels", {})
+        annotations = env.setdefault("annotations", {})
+        if kind == "kueue":
+            labels.update({KUEUE_QUEUE: cfg.queue, KUEUE_POD_GROUP: cfg.name})
+            annotations[KUEUE_POD_GROUP_TOTAL] = str(1 + workers)
+        else:
+            env["schedulerName"] = "volcano"
+            if cfg.queue:
+                annotations[VOLCANO_POD_QUEUE] = cfg.queue
+        for key in ("labels", "annotations"):
+            if not env[key]:
+                env.pop(key)
+    return out
