@@ -41,7 +41,7 @@ def scale(cfg: MilesRayConfig, backend: str, nodes: int, progress: Progress = No
           force: bool = False, **kube: Any) -> dict:
     if backend == "local":
         if not force:
-            _refuse_shrink_below_running_jobs(cfg, nodes, local_ray.status(state.local_clusters_dir(), cfg.name))
+            refuse_shrink_below_running_jobs(cfg, nodes, local_ray.status(state.local_clusters_dir(), cfg.name))
         return local_ray.scale(state.local_clusters_dir(), cfg.name, nodes, progress=progress, timeout=timeout)
     return k8s_clusters.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, **kube)
 
@@ -77,7 +77,7 @@ def save_runs_before_down(cfg: MilesRayConfig, backend: str) -> dict:
                                         kubeconfig=cfg.kubeconfig)
 
 
-def _refuse_shrink_below_running_jobs(cfg: MilesRayConfig, nodes: int, status: dict) -> None:
+def refuse_shrink_below_running_jobs(cfg: MilesRayConfig, nodes: int, status: dict) -> None:
     """Refuse to remove GPU nodes that a running miles-ray job of this cluster needs (--force overrides)."""
     current = status.get("gpu_node_count", 0)
     if nodes >= current:

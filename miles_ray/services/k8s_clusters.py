@@ -378,7 +378,7 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
     groups = current["spec"].get("workerGroupSpecs") or []
     now = next((g.get("replicas", 0) for g in groups if g.get("groupName") == cfg.worker_group), None)
     if now is not None and nodes < now and not force:
-        _refuse_shrink(cfg, name, nodes)
+        refuse_shrink(cfg, name, nodes)
     if now is not None and nodes > now:
         preflight_grow = kube.gpu_capacity(api, cfg.node_selector, [t.model_dump(exclude_none=True) for t in cfg.tolerations])
         fit = preflight_grow.fitting(cfg.gpus_per_node, cfg.worker_cpu_request, kube.quantity(cfg.memory_per_node))
@@ -394,7 +394,7 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
     return result
 
 
-def _refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:
+def refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:
     for rec in state.list_records():
         if rec.get("cluster") != cfg.name or rec.get("backend") == "local":
             continue

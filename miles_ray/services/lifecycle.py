@@ -141,7 +141,7 @@ def _park_local(cfg: MilesRayConfig, force: bool, if_idle_for: float | None, pro
         if why:
             return _skip(cfg, why, report)
     if not force:
-        _refuse_under_jobs(cfg, lambda: clusters._refuse_shrink_below_running_jobs(cfg, 0, st))
+        _refuse_under_jobs(cfg, lambda: clusters.refuse_shrink_below_running_jobs(cfg, 0, st))
     saved = clusters.save_runs_before_down(cfg, "local")
     shape = {"name": cfg.name, "nodes": st["gpu_node_count"], "gpus_per_node": st.get("gpus_per_node"),
              "cpus_per_node": st.get("cpus_per_node"), "parked_at": _iso(time.time())}
@@ -179,7 +179,7 @@ def _park_kuberay(cfg: MilesRayConfig, name: str, force: bool, if_idle_for: floa
             return _skip(cfg, why, report)
         out["idle"] = report
     if not force:
-        _refuse_under_jobs(cfg, lambda: k8s_clusters._refuse_shrink(cfg, name, 0))
+        _refuse_under_jobs(cfg, lambda: k8s_clusters.refuse_shrink(cfg, name, 0))
     if state.list_records():
         out["saved_runs"] = clusters.save_runs_before_down(cfg, "kubernetes")
     rays.json_patch(cfg.namespace, name, [
@@ -216,7 +216,7 @@ def _park_polyaxon(cfg: MilesRayConfig, rec: dict[str, Any], force: bool, if_idl
             return _skip(cfg, why, report)
         out["idle"] = report
     if not force:
-        _refuse_under_jobs(cfg, lambda: k8s_clusters._refuse_shrink(cfg, rec["raycluster"], 0))
+        _refuse_under_jobs(cfg, lambda: k8s_clusters.refuse_shrink(cfg, rec["raycluster"], 0))
     client = _polyaxon(cfg)
     run = client.get_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"], with_conditions=False)
     if not isinstance(run.get("raw_content"), dict):
