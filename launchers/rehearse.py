@@ -569,9 +569,15 @@ def main(argv: list[str] | None = None) -> int:
         gpus = [trainer_ranks[x]["gpu"] for x in rs]
         print(f"trainer ranks {_ranges(rs)} on {ip} GPUs {_ranges(gpus) if gpus == sorted(gpus) else gpus}",
               flush=True)
+    on_one_node: dict[tuple[str, str], list[int]] = defaultdict(list)
     for eng in engines.values():
-        print(f"{eng['group']} engine {eng['engine']}: {len(eng['nodes'])} actor(s) on {', '.join(eng['nodes'])}, "
-              f"GPUs {eng['gpu_ids']}", flush=True)
+        if len(eng["nodes"]) == 1:
+            on_one_node[(eng["group"], eng["nodes"][0])].append(eng["engine"])
+        else:
+            print(f"{eng['group']} engine {eng['engine']} spans {len(eng['nodes'])} nodes ({', '.join(eng['nodes'])}): "
+                  "one actor per node", flush=True)
+    for (group, ip), ks in on_one_node.items():
+        print(f"{group} engine{'s' if len(ks) > 1 else ''} {_ranges(ks)} on {ip}", flush=True)
     if manager_where is not None:
         print(f"RolloutManager (1 CPU) on {manager_where[0]}, its engine lock (1 CPU) on "
               f"{lock_where[0] if lock_where else '?'}", flush=True)

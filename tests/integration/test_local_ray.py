@@ -467,6 +467,8 @@ def test_rehearsal_places_what_upstream_places(local_ray, flags, upstream, bundl
     if upstream.get("ppo"):  # pinned: the RolloutManager sits on the head node (0 GPUs), not in the group
         assert res["rollout_manager_node"] == res["head_node"] == lr.node_ip(0)
     assert f"trainer ranks 0-7 on {ips[0]} GPUs 0-7" in logs
+    if any(j for _, _, j, _, _ in engines):  # an engine wider than a node
+        assert f"rollout engine 0 spans 2 nodes ({ips[-2]}, {ips[-1]}): one actor per node" in logs
 
 
 def test_rehearsal_over_ask_fails_within_its_timeout_with_the_numbers(local_ray):
