@@ -48,7 +48,7 @@ ACTOR_SHAPE = {"train": 0.4, "engine": 0.2}  # GPU (and CPU) of one actor in its
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[1], allow_abbrev=False)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--actor-num-nodes", type=int, default=1)
     p.add_argument("--actor-num-gpus-per-node", type=int, default=8)
     p.add_argument("--rollout-num-gpus", type=int, default=None)
