@@ -52,7 +52,8 @@ def submit_cmd(
     resume_from: Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR whose checkpoints to continue (recipe and split must match)", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="resume even if the recipe or split differ")] = False,
     check_data: Annotated[Optional[bool], typer.Option("--check-data/--no-check-data", help="verify the shared volume, model dirs, datasets and output dir on every node first [default: on for Kubernetes clusters]", show_default=False)] = None,
-    miles_commit: Annotated[Optional[str], typer.Option("--miles-commit", help="Miles commit in the image (recorded)", show_default=False)] = None,
+    miles_commit: Annotated[Optional[str], typer.Option("--miles-commit", help="the Miles commit in the image: recorded; direct mode reads it from the image and refuses a different one, and uses this one when it cannot be read", show_default=False)] = None,
+    allow_miles_drift: Annotated[bool, typer.Option("--allow-miles-drift", help="direct mode: submit even when the Miles in the image is not the commit the catalog mirrors (recorded); --mode launcher is exact whatever the image holds")] = False,
     model_revision: Annotated[Optional[str], typer.Option("--model-revision", help="model revision (recorded)", show_default=False)] = None,
     dataset_revision: Annotated[Optional[str], typer.Option("--dataset-revision", help="dataset revision (recorded)", show_default=False)] = None,
     image: ImageOpt = None,
@@ -69,7 +70,9 @@ def submit_cmd(
     """Submit Miles (or a rehearsal) to an existing Ray head with MILES_SCRIPT_EXTERNAL_RAY=1.
 
     Before anything runs: the split is planned and checked, and the live cluster (alive GPU nodes, GPUs
-    per node, spare CPU) is compared with the plan; what is missing is reported with numbers. Every
+    per node, spare CPU) is compared with the plan; what is missing is reported with numbers. Direct mode
+    reads the Miles commit in the image (a short job on a GPU worker) and refuses (exit 1) a job whose catalog
+    mirrors another Miles, unless --allow-miles-drift; --mode launcher is exact by construction. Every
     submit writes a run record (image digest, recipe hash, split, revisions, output dir). The job id is
     derived from the run name, so re-submitting a run returns the existing job. A head on Kubernetes is
     reached through a port-forward (--context, --kubeconfig, --namespace). With --follow the exit code
@@ -96,7 +99,8 @@ def submit_cmd(
                            extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
                            model_revision=model_revision, dataset_revision=dataset_revision,
                            num_rollout=num_rollout, progress=progress, check_data=check_data,
-                           dry_run=dry_run.value if dry_run else None, hold=hold)
+                           dry_run=dry_run.value if dry_run else None, hold=hold,
+                           allow_miles_drift=allow_miles_drift)
 
     if dry_run is DryRun.client:
         result = send()  # contacts nothing: no progress display
@@ -111,6 +115,8 @@ def submit_cmd(
     if result.get("launcher"):
         _run_launcher(cfg, result)
         return
+    if result.get("miles_notice"):
+        err.print(f"[yellow]note:[/] {result['miles_notice']}")
 
     def summary() -> None:
         out.print(f"run {result['run']}: job {result['submission_id']} "

@@ -109,10 +109,12 @@ def direct_job_env(cfg: MilesRayConfig, dashboard_url: str, recipe: Recipe, envi
     return dict(sorted(env.items()))
 
 
-def rehearsal_entrypoint(driver: str, plan: Plan, timeout: float, hold: float = 0) -> str:
-    """The rehearsal driver with the same split flags train.py would get (``hold``: seconds to keep the placed
-    actors after the checks, failing if one dies)."""
-    return shlex.join(["python3", driver, *plan.miles_args, "--timeout", str(int(timeout)),
+def rehearsal_entrypoint(driver: str, plan: Plan, timeout: float, hold: float = 0,
+                         extra_args: list[str] | None = None) -> str:
+    """The rehearsal driver with the split flags train.py would get, then the user's --extra-args as train.py
+    gets them (they may change the placement: --debug-train-only, --eval-num-gpus, ...; ``hold``: seconds to keep
+    the placed actors after the checks, failing if one dies)."""
+    return shlex.join(["python3", driver, *plan.miles_args, *(extra_args or []), "--timeout", str(int(timeout)),
                        *(["--hold", str(int(hold))] if hold else [])])
 
 

@@ -1,6 +1,7 @@
 """Probes: small Ray jobs that check something on a live cluster -- the data and checkpoint preflight
-(``launchers/check_data.py``), the all-reduce across GPU workers (``launchers/comm_check.py``) and the listing of
-a run's checkpoints (``launchers/list_checkpoints.py``). Pure: this module says exactly what job each probe is
+(``launchers/check_data.py``), the all-reduce across GPU workers (``launchers/comm_check.py``), the listing of
+a run's checkpoints (``launchers/list_checkpoints.py``) and the Miles commit in the image
+(``launchers/miles_commit.py``). Pure: this module says exactly what job each probe is
 and how to read its answer; ``miles_ray.services.probes.run_probe`` runs it.
 
 Every payload is a file in ``launchers/`` (shipped as the job's working_dir; it imports only ray and the standard
@@ -146,3 +147,16 @@ def checkpoint_list_probe(record: dict[str, Any], extra_paths: list[str], token:
     return Probe(kind="ckpt", payload="list_checkpoints.py", submission_id=probe_id("ckpt", record["cluster"], token),
                  timeout=timeout, args=[checkpoints_root(record["output_dir"]), *extra_paths],
                  env={"PYTHONUNBUFFERED": "1"}, metadata={"miles_ray": "checkpoint-list", "run": record["run"]})
+
+
+# -- the Miles commit in the image ------------------------------------------------------------------
+
+MILES_COMMIT_TIMEOUT = 30.0
+
+
+def miles_commit_probe(cfg: MilesRayConfig, token: str, timeout: float = MILES_COMMIT_TIMEOUT) -> Probe:
+    """Read the commit of the Miles checkout at ``cfg.miles_root`` on a GPU worker (the driver when none answers
+    within ``timeout``); the whole job is bounded by twice that plus job start-up."""
+    return Probe(kind="miles-commit", payload="miles_commit.py", submission_id=probe_id("miles-commit", cfg.name, token),
+                 timeout=2 * timeout + 60, args=[cfg.miles_root, "--timeout", f"{timeout:g}"],
+                 env={"PYTHONUNBUFFERED": "1"}, metadata={"miles_ray": "miles-commit", "cluster": cfg.name})

@@ -23,7 +23,8 @@ class RunRecord(BaseModel):
     image: str | None
     image_digest: str | None
     ray_version: str | None
-    miles_commit: str | None = None
+    miles_commit: str | None = None  # the image's (read by the probe in direct mode, else --miles-commit)
+    miles_version: dict[str, Any] | None = None  # direct mode: catalog vs image commit (miles_ray.core.miles_version)
     model_revision: str | None = None
     dataset_revision: str | None = None
     recipe: str

@@ -223,7 +223,8 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
     runtime_env: dict[str, Any] = {"env_vars": env_vars}
     argv = None
     if request.rehearse:
-        entrypoint = rehearsal_entrypoint(REHEARSAL_DRIVER, plan, max(10, min(request.timeout, 600)), request.hold)
+        entrypoint = rehearsal_entrypoint(REHEARSAL_DRIVER, plan, max(10, min(request.timeout, 600)), request.hold,
+                                          request.extra_args)
         if target.python != "python3":
             entrypoint = entrypoint.replace("python3", target.python, 1)
         runtime_env["working_dir"] = launchers_dir

@@ -11,10 +11,12 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from miles_ray.adapters import polyaxon_api, polyaxon_spec, ray_jobs, state
 from miles_ray.adapters.ray_head import open_head
+from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME
 from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, NotFound, TimedOut
@@ -23,6 +25,7 @@ from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, c
 from miles_ray.services import saved_runs
 from miles_ray.services.datacheck import check_data as run_data_check
 from miles_ray.services.heads import resolve_address
+from miles_ray.services.milesversion import check_image_miles
 from miles_ray.services.probes import launchers_dir, payload_python
 
 Progress = Callable[[str], None] | None
@@ -58,9 +61,13 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
            backend: str, wait_for_nodes: bool, timeout: float, env: list[str], extra_args: list[str],
            resume_from: str | None, force: bool, miles_commit: str | None, model_revision: str | None,
            dataset_revision: str | None, num_rollout: int | None, progress: Progress = None,
-           check_data: bool | None = None, dry_run: str | None = None, hold: float = 0) -> dict[str, Any]:
+           check_data: bool | None = None, dry_run: str | None = None, hold: float = 0,
+           allow_miles_drift: bool = False) -> dict[str, Any]:
     """Prepare the job (no I/O), then reach the head, check it against the plan, record the run and submit.
     ``env``: the --env KEY=VALUE items as given. Returns a summary.
+
+    Direct mode reads the Miles commit in the image first (a probe on a GPU worker) and refuses a job whose
+    catalog mirrors another Miles unless ``allow_miles_drift`` (:mod:`miles_ray.core.miles_version`).
 
     ``dry_run``: ``client`` returns the prepared job (entrypoint, runtime env, submission id, run record, output
     dir) and contacts nothing; ``server`` also compares the head's live topology and Ray version with the plan.
@@ -71,6 +78,10 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
                             num_rollout=num_rollout, timeout=timeout, wait_for_nodes=wait_for_nodes,
                             check_data=check_data, hold=hold)
     valid = validate_request(cfg, request)  # bad input fails here, before anything is looked up
+    miles_version.validate_asserted(miles_commit)
+    if allow_miles_drift and (rehearse or mode != "direct"):
+        raise ConfigError("--allow-miles-drift applies to --mode direct: a rehearsal runs no Miles, and the launcher "
+                          "is the image's own (exact by construction)", hint="drop --allow-miles-drift")
     chosen_backend, stored = resolve_address(cfg, address, backend)
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored))
     existing = state.read_json(state.record_path(run)) if run and RUN_NAME.fullmatch(run) else None
@@ -85,7 +96,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
                 return {**dry_run_view(job.with_head_ray_version(cfg, ray_jobs.ray_version(url)), "server"),
                         "problems": check_topology(live, job.plan), "topology": live}
         with open_head(job.address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
-            return _execute(cfg, job, url, progress)
+            return _execute(cfg, job, url, progress, allow_miles_drift)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while submitting run {job.run}; no new run record was kept",
                           hint="run the same 'miles-ray submit --run NAME' again: it finds the job if Ray had "
@@ -110,9 +121,11 @@ def dry_run_view(job: SubmitJob, mode: str) -> dict[str, Any]:
     return view
 
 
-def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress) -> dict[str, Any]:
+def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
+             allow_miles_drift: bool = False) -> dict[str, Any]:
     """The I/O of submit, in order: an existing job of this run is returned as is; the live cluster must fit the
-    plan (waiting for nodes if asked); the data preflight; the head's Ray version; the record; the job."""
+    plan (waiting for nodes if asked); direct mode: the Miles commit in the image vs the catalog's; the data
+    preflight; the head's Ray version; the record; the job."""
     if job.existing is not None:
         found = job_or_none(url, job.existing["submission_id"])
         if found is not None:
@@ -132,6 +145,11 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress) 
         raise ClusterError(f"the cluster at {url} does not fit the plan: " + "; ".join(problems),
                            hint="add GPU workers ('miles-ray scale'), wait for them (--wait-for-nodes), "
                                 "or plan for what is there")
+    version = None
+    if job.kind == "ray-job" and job.record["mode"] == "direct":
+        version, _ = check_image_miles(cfg, url, payload_python(job.address), asserted=job.record.get("miles_commit"),
+                                       allow_drift=allow_miles_drift, progress=progress)
+        job = replace(job, record={**job.record, "miles_commit": version.image, "miles_version": version.record()})
     if job.check_data:
         report = run_data_check(cfg, url, job.recipe, job.resume_dir, python=payload_python(job.address),
                                 progress=progress)
@@ -163,9 +181,13 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress) 
         if owns_record:
             state.record_path(job.run).unlink(missing_ok=True)
         raise
-    return {"run": job.run, "submission_id": job_id, "created": created_now, "address": job.address,
-            "record": str(state.record_path(job.run)), "output_dir": job.output_dir, "entrypoint": job.entrypoint,
-            "status": ray_jobs.status(url, job_id)["status"]}
+    out = {"run": job.run, "submission_id": job_id, "created": created_now, "address": job.address,
+           "record": str(state.record_path(job.run)), "output_dir": job.output_dir, "entrypoint": job.entrypoint,
+           "status": ray_jobs.status(url, job_id)["status"]}
+    if version is not None:
+        out["miles_version"] = version.record()
+        out["miles_notice"] = miles_version.notice(version, cfg.miles_root)
+    return out
 
 
 def launcher_as_polyaxon_job(cfg: MilesRayConfig, record: dict[str, Any], operation: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import pytest
 from miles_ray.adapters import local_ray as lr
 from miles_ray.adapters import ray_jobs
 from miles_ray.core.errors import ClusterError
+from tests.infra.upstream_placement import expected, expected_on, observed
 
 pytestmark = pytest.mark.ray
 
@@ -380,7 +381,9 @@ def test_rehearsal_qwen3_4b_colocated_on_2_nodes(local_ray):
     assert [n["bundles"] for n in res["nodes"]] == [8, 8]
     assert all(n["trainer_bundles"] == 8 and n["rollout_bundles"] == 8 and n["engines"] == 4 for n in res["nodes"])
     assert all(len(e["nodes"]) == 1 for e in res["engine_layout"])
-    assert res["rollout_manager_node"]
+    assert res["rollout_manager_node"] and res["engine_lock_node"]
+    assert observed(res) == expected_on(expected(actor_nodes=2, actor_gpus_per_node=8, gpus_per_node=8,
+                                                 gpus_per_engine=2, colocate=True), res["nodes"])
 
 
 def test_rehearsal_qwen3_4b_colocated_on_4_nodes(local_ray):
@@ -401,6 +404,71 @@ def test_rehearsal_disaggregated_puts_trainer_and_rollout_on_different_nodes(loc
     assert [n["ip"] for n in res["nodes"]] == [lr.node_ip(i) for i in range(1, 5)]
     assert [(n["trainer_bundles"], n["rollout_bundles"]) for n in res["nodes"]] == [(8, 0), (8, 0), (0, 8), (0, 8)]
     assert res["engines"] == 2 and all(len(e["nodes"]) == 1 for e in res["engine_layout"])
+    assert observed(res) == expected_on(expected(actor_nodes=2, actor_gpus_per_node=8, gpus_per_node=8,
+                                                 rollout_gpus=16, gpus_per_engine=8), res["nodes"])
+    ips = [n["ip"] for n in res["nodes"]]
+    assert [(t["node"], t["gpu"]) for t in res["trainer_ranks"]] == [(ips[r // 8], r % 8) for r in range(16)]
+
+
+# Hand-worked from upstream's rules (tests/infra/upstream_placement.py says which): flags; the expectation's
+# arguments; bundles; trainer rank -> (node, GPU) and engine actors (group, engine, node of the engine, node, GPU),
+# nodes as ordinals of the nodes used (sorted by IP); fields of the result.
+G8 = "--num-gpus-per-node 8 --actor-num-gpus-per-node 8"
+ONE_NODE = [(0, g) for g in range(8)]
+TWO_NODES = [(k, g) for k in range(2) for g in range(8)]
+PLACEMENT_CASES = [
+    pytest.param(f"--colocate --actor-num-nodes 2 {G8} --rollout-num-gpus-per-engine 16",
+                 dict(actor_nodes=2, gpus_per_engine=16, colocate=True), 16, TWO_NODES,
+                 [("rollout", 0, 0, 0, 0), ("rollout", 0, 1, 1, 0)],
+                 {"mode": "colocate", "engines": 1, "engine_actors_planned": 2}, id="wide-engine-colocated"),
+    pytest.param(f"--actor-num-nodes 1 {G8} --rollout-num-gpus 16 --rollout-num-gpus-per-engine 16",
+                 dict(actor_nodes=1, rollout_gpus=16, gpus_per_engine=16), 24, ONE_NODE,
+                 [("rollout", 0, 0, 1, 0), ("rollout", 0, 1, 2, 0)],
+                 {"mode": "disaggregate", "engines": 1}, id="wide-engine-disaggregated"),
+    pytest.param(f"--actor-num-nodes 1 {G8} --rollout-num-gpus 8 --rollout-num-gpus-per-engine 4 "
+                 "--eval-num-gpus 8 --eval-num-gpus-per-engine 2",
+                 dict(actor_nodes=1, rollout_gpus=8, gpus_per_engine=4, eval_gpus=8, eval_gpus_per_engine=2), 24,
+                 ONE_NODE, [("rollout", 0, 0, 1, 0), ("rollout", 1, 0, 1, 4)] + [("eval", k, 0, 2, 2 * k) for k in range(4)],
+                 {"eval_gpus": 8, "eval_engines": 4}, id="eval-fleet"),
+    pytest.param(f"--colocate --actor-num-nodes 1 {G8} --rollout-num-gpus-per-engine 2 --debug-train-only",
+                 dict(actor_nodes=1, gpus_per_engine=2, colocate=True, debug_train_only=True), 8, ONE_NODE, [],
+                 {"mode": "debug-train-only", "engines": 0}, id="debug-train-only"),
+    pytest.param(f"--actor-num-nodes 3 {G8} --rollout-num-gpus 8 --rollout-num-gpus-per-engine 2 --debug-rollout-only",
+                 dict(actor_nodes=3, rollout_gpus=8, gpus_per_engine=2, debug_rollout_only=True), 8, ONE_NODE,
+                 [("rollout", k, 0, 0, 2 * k) for k in range(4)],
+                 {"mode": "debug-rollout-only", "trainer_gpus": 8, "actor_num_nodes": 1}, id="debug-rollout-only"),
+    pytest.param(f"--colocate --actor-num-nodes 1 {G8} --rollout-num-gpus-per-engine 2 --advantage-estimator ppo "
+                 "--pin-rollout-manager-to-head",
+                 dict(actor_nodes=1, gpus_per_engine=2, colocate=True, ppo=True), 8, ONE_NODE,
+                 [("rollout", k, 0, 0, 2 * k) for k in range(4)],
+                 {"critic": True, "pin_rollout_manager_to_head": True}, id="critic-and-pinned-manager"),
+    pytest.param(f"--colocate --actor-num-nodes 1 {G8} --rollout-external --rollout-external-engine-addrs 10.9.9.9:30000",
+                 dict(actor_nodes=1, colocate=True, rollout_external=True), 8, ONE_NODE, [],
+                 {"mode": "rollout-external", "external_engines": 1, "engines": 0}, id="rollout-external"),
+]
+
+
+@pytest.mark.parametrize(("flags", "upstream", "bundles", "trainer", "engines", "fields"), PLACEMENT_CASES)
+def test_rehearsal_places_what_upstream_places(local_ray, flags, upstream, bundles, trainer, engines, fields):
+    info, res, logs = _rehearse(local_ray.address, flags)
+    assert info["status"] == "SUCCEEDED" and res["ok"], logs[-3000:]
+    # the independent expectation from upstream's rules, on the bundles this run got
+    exp = expected(**{"actor_gpus_per_node": 8, "gpus_per_node": 8, **upstream})
+    got = observed(res)
+    assert got == expected_on(exp, res["nodes"])
+    # and the hand-worked table (whole nodes: each used node holds GPUs 0-7)
+    ips = [n["ip"] for n in res["nodes"]]
+    assert len(ips) == bundles // 8 and all(n["gpu_ids"] == list(range(8)) for n in res["nodes"])
+    assert got["bundles"] == bundles and got["trainer"] == [(ips[k], g) for k, g in trainer]
+    assert got["engines"] == sorted((grp, e, j, ips[k], g) for grp, e, j, k, g in engines)
+    assert got["critic"] == (got["trainer"] if upstream.get("ppo") else [])
+    assert {k: res[k] for k in fields} == fields
+    assert res["rollout_manager_node"] and res["engine_lock_node"]
+    if upstream.get("ppo"):  # pinned: the RolloutManager sits on the head node (0 GPUs), not in the group
+        assert res["rollout_manager_node"] == res["head_node"] == lr.node_ip(0)
+    assert f"trainer ranks 0-7 on {ips[0]} GPUs 0-7" in logs
+    if any(j for _, _, j, _, _ in engines):  # an engine wider than a node
+        assert f"rollout engine 0 spans 2 nodes ({ips[-2]}, {ips[-1]}): one actor per node" in logs
 
 
 def test_rehearsal_over_ask_fails_within_its_timeout_with_the_numbers(local_ray):

@@ -115,6 +115,10 @@ def test_rehearsal_runs_the_driver_with_the_heads_python_and_touches_no_data(no_
     assert job.check_data is False and job.kind == "ray-job"
     long = prepare(rehearse=True, timeout=5000)
     assert shlex.split(long.entrypoint)[0] == "python3" and shlex.split(long.entrypoint)[-2:] == ["--timeout", "600"]
+    # --extra-args reach the rehearsal after the split flags, as they reach train.py (they may change the placement)
+    debug = prepare(rehearse=True, extra_args=["--debug-train-only", "--eval-num-gpus", "8"])
+    assert shlex.split(debug.entrypoint)[1:] == ["rehearse.py", *plan.miles_args, "--debug-train-only",
+                                                 "--eval-num-gpus", "8", "--timeout", "120"]
 
 
 def test_kubernetes_head_gets_the_service_url_and_the_data_preflight(no_io):

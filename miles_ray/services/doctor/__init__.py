@@ -6,7 +6,7 @@ Checklist items:
   data         "cannot find a checkpoint/dataset" -> data (check-data's checks, where a head is reachable)
   startup      "Ray or NCCL fails during startup" -> container_failures, shm, gpu_visibility, external_ray
   resume       "Training restarts from scratch"   -> resume (run record + checkpoint tracker)
-  drift        "keep image and Ray version aligned across replicas" -> image_drift, ray_version
+  drift        "keep image and Ray version aligned across replicas" -> image_drift, ray_version, miles_version
 
 Kubernetes (KubeRay or Polyaxon-created RayClusters): everything (the Ray side through a port-forward to the
 head, when it answers). Local backend and plain --address: the Ray-side subset (nodes alive, Ray version, data,
@@ -27,7 +27,8 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError
 from miles_ray.services.doctor.findings import PROBLEM, WARNING, finding
 from miles_ray.services.doctor.kube_checks import kube_findings
-from miles_ray.services.doctor.ray_checks import check_local_nodes, check_ray_version, data_findings, resume_findings
+from miles_ray.services.doctor.ray_checks import (check_local_nodes, check_ray_version, data_findings, miles_findings,
+                                                 resume_findings)
 from miles_ray.services.heads import dashboard_address, pick_backend
 
 Progress = Callable[[str], None] | None
@@ -89,6 +90,7 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
                                             "rejoin"))
         findings += resume
         findings += data_findings(cfg, url, head, record, resume_dir, timeout, progress, unreached)
+        findings += miles_findings(cfg, url, head, record, progress, unreached)
     out["findings"] = findings
     out["problems"] = sum(1 for f in findings if f["status"] == PROBLEM)
     out["warnings"] = sum(1 for f in findings if f["status"] == WARNING)

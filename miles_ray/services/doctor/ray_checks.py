@@ -1,18 +1,21 @@
 """Doctor's Ray-side checks, on a head reached through :func:`miles_ray.adapters.ray_head.open_head` (the
 local cluster, an address, or a KubeRay head through a port-forward): the Ray version, the local nodes, and a
-run's data and checkpoints (check-data's probe; resume: the run record and the checkpoint tracker)."""
+run's data and checkpoints (check-data's probe; resume: the run record and the checkpoint tracker), and the Miles
+commit in the image against the catalog's (the probe ``submit`` runs in direct mode)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from miles_ray.adapters import ray_jobs, state
+from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError
 from miles_ray.core.probes import TRACKER_CHECK, missing_line
 from miles_ray.core.recipes import get_recipe
 from miles_ray.services.datacheck import check_data
-from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, finding
+from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, finding
+from miles_ray.services.milesversion import read_image_commit
 from miles_ray.services.probes import payload_python
 
 Progress = Callable[[str], None] | None
@@ -115,3 +118,44 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
             findings.append(finding("resume_tracker", "resume", OK, f"checkpoint tracker present (iteration "
                                     f"{', '.join(its) or '?'})", [f"{resume_dir}/checkpoints"]))
     return findings
+
+
+def miles_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record: dict[str, Any] | None,
+                   progress: Progress, unreached: str | None = None) -> list[dict[str, Any]]:
+    """The Miles commit in the image (read on a GPU worker) against the catalog's and, for a run, the one it was
+    submitted with. A drift is a problem (direct mode refuses it), except for a launcher-mode run (a warning)."""
+    catalog = miles_version.catalog_commit()
+    recorded = (record or {}).get("miles_commit")
+    if catalog is None and not recorded:
+        return [finding("miles_version", "drift", SKIPPED, "the catalog records no Miles commit (and no run commit to "
+                        "compare with): the image's Miles is not checked", [], "")]
+    if url is None or head is None:
+        return [finding("miles_version", "drift", SKIPPED, "no reachable Ray head to read the Miles commit in the image",
+                        [unreached] if unreached else [], UNREACHED_FIX)]
+    answer = read_image_commit(cfg, url, payload_python(head), progress)
+    image = answer.get("commit")
+    ev = [f"the catalog mirrors radixark/miles {catalog or '(no commit recorded)'}",
+          f"the image's checkout {cfg.miles_root}: {image or 'unknown'}"
+          + (f" (read with {answer['source']} on {answer.get('where')})" if image else
+             f" ({answer.get('problem') or 'not readable'})")]
+    if record:
+        ev.append(f"run {record['run']} ({record.get('mode')}) was submitted with Miles {recorded or 'unknown'}")
+    if image is None:
+        return [finding("miles_version", "drift", WARNING, f"the Miles commit in the image could not be read at "
+                        f"{cfg.miles_root}", ev, "set miles_root to the Miles checkout in the image (a git clone: the "
+                        "Miles image has /root/miles); until then direct mode cannot compare it with the catalog")]
+    launcher_run = bool(record) and record.get("mode") == "launcher"  # the image's own launcher: exact anyway
+    changed = bool(recorded) and not image.startswith(recorded.lower())
+    problems = []
+    if catalog and image != catalog:
+        problems.append(f"the image holds Miles {miles_version.short(image)}, the catalog mirrors "
+                        f"{miles_version.short(catalog)}" + ("" if launcher_run else
+                                                            ": direct-mode jobs are refused without --allow-miles-drift"))
+    if changed:
+        problems.append(f"the image's Miles changed since run {record['run']} was submitted "
+                        f"({miles_version.short(recorded)} then, {miles_version.short(image)} now)")
+    if problems:
+        status = PROBLEM if changed or not launcher_run else WARNING
+        return [finding("miles_version", "drift", status, "; ".join(problems), ev, miles_version.LAUNCHER_HINT)]
+    return [finding("miles_version", "drift", OK, f"the image holds Miles {miles_version.short(image)}"
+                    + (", the catalog's" if catalog else ""), ev)]
