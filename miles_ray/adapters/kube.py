@@ -196,8 +196,8 @@ def namespace_exists(api_client, namespace: str) -> bool:
         raise api_error(e, f"read namespace {namespace}") from None
 
 
-def raycluster_crd_versions(api_client) -> list[str] | None:
-    """Served versions of the RayCluster CRD, or None when it is not installed."""
+def raycluster_crd(api_client) -> dict | None:
+    """The installed RayCluster CRD as plain JSON (camelCase keys, as stored), or None when it is not installed."""
     from kubernetes import client
 
     try:
@@ -206,7 +206,25 @@ def raycluster_crd_versions(api_client) -> list[str] | None:
         if _status(e) == 404:
             return None
         raise api_error(e, f"read CRD {CRD_NAME}") from None
-    return [v.name for v in crd.spec.versions if v.served]
+    return api_client.sanitize_for_serialization(crd)
+
+
+def crd_served_versions(crd: dict) -> list[str]:
+    return [v["name"] for v in crd.get("spec", {}).get("versions", []) if v.get("served")]
+
+
+def crd_schema(crd: dict, version: str = VERSION) -> dict | None:
+    """The ``openAPIV3Schema`` of one version of a CRD (as :func:`raycluster_crd` returns it), if it has one."""
+    for v in crd.get("spec", {}).get("versions", []):
+        if v.get("name") == version:
+            return (v.get("schema") or {}).get("openAPIV3Schema")
+    return None
+
+
+def raycluster_crd_versions(api_client) -> list[str] | None:
+    """Served versions of the RayCluster CRD, or None when it is not installed."""
+    crd = raycluster_crd(api_client)
+    return None if crd is None else crd_served_versions(crd)
 
 
 def pvc_exists(api_client, namespace: str, claim: str) -> bool:
