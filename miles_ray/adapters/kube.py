@@ -431,8 +431,8 @@ def running_head_pod(api_client, namespace: str, cluster: str) -> Any:
     return running[0]
 
 
-TOKEN_RBAC_HINT = ("miles-ray reads the Ray token from that Secret: your identity needs 'get' on secrets in the "
-                   "namespace (manifests/rbac.yaml)")
+TOKEN_RBAC_HINT = ("the Ray token is read from that Secret: your identity needs 'get' on secrets in the namespace "
+                   "(manifests/rbac.yaml)")
 
 
 def head_ray_token(api_client, namespace: str, cluster: str, pod: Any) -> str | None:

@@ -49,6 +49,25 @@ def remember_local_tokens(url: str) -> None:
             continue
 
 
+def local_token_path(url: str) -> str | None:
+    """The token file of the local cluster whose dashboard is ``url`` (None: not a local token-auth cluster)."""
+    head = parse_head(url)
+    if head.kind == "local":
+        state_ = local_ray.read_state(state.local_clusters_dir(), head.name or "")
+        return (state_ or {}).get("token_path") if (state_ or {}).get("auth") == "token" else None
+    if not head.on_this_machine:
+        return None
+    directory = state.local_clusters_dir()
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            found = local_ray.read_state(directory, path.stem)
+        except ClusterError:
+            continue
+        if found and found.get("dashboard_url") == url.rstrip("/") and found.get("auth") == "token":
+            return found.get("token_path")
+    return None
+
+
 @contextmanager
 def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
               kubeconfig: str | None = None) -> Iterator[str]:

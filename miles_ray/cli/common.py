@@ -47,6 +47,12 @@ RolloutNodesOpt = Annotated[Optional[int], typer.Option("--rollout-nodes", min=0
 RolloutGpusOpt = Annotated[Optional[int], typer.Option("--rollout-gpus", min=1, help="disaggregated: rollout GPUs (a partial last node is allowed)", show_default=False)]
 ImageOpt = Annotated[Optional[str], typer.Option("--image", help="Miles image pinned by digest: repo[:tag]@sha256:<64 hex>", show_default=False)]
 RayVersionOpt = Annotated[Optional[str], typer.Option("--ray-version", help="Ray version inside the image (rayVersion)", show_default=False)]
+class RayAuth(str, Enum):
+    token = "token"
+    none = "none"
+
+
+RayAuthOpt = Annotated[Optional[RayAuth], typer.Option("--ray-auth", help="Ray token authentication of the cluster: token (every request to Ray needs the cluster's token, which miles-ray keeps in a 0600 file locally or KubeRay in a Secret, and sends itself) or none (anyone who reaches the head can run code: warns) [default: token]", show_default=False)]
 AllowUnpinnedOpt = Annotated[Optional[bool], typer.Option("--allow-unpinned/--require-pinned", help="accept a tag-only image (warns)", show_default=False)]
 
 

@@ -96,7 +96,10 @@ class ExtraNode:
 
 
 def alive_nodes(dashboard_url: str) -> list[dict]:
-    with urllib.request.urlopen(f"{dashboard_url}/api/v0/nodes?limit=10000", timeout=10) as resp:  # noqa: S310
+    from miles_ray.adapters import ray_auth
+
+    request = urllib.request.Request(f"{dashboard_url}/api/v0/nodes?limit=10000", headers=ray_auth.headers(dashboard_url))
+    with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
         data = json.load(resp)["data"]["result"]
     rows = data.get("result", []) if isinstance(data, dict) else data
     return [n for n in rows if n.get("state") == "ALIVE"]

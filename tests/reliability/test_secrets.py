@@ -244,7 +244,9 @@ def _all_jobs(address: str) -> list[dict]:
     from ray.job_submission import JobSubmissionClient
 
     out = []
-    for j in JobSubmissionClient(address).list_jobs():
+    from miles_ray.adapters import ray_auth
+
+    for j in JobSubmissionClient(address, headers=ray_auth.headers(address)).list_jobs():
         out.append({"id": j.submission_id, "entrypoint": j.entrypoint, "metadata": j.metadata,
                     "runtime_env": j.runtime_env, "message": j.message})
     return out
