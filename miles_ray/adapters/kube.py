@@ -455,8 +455,8 @@ def head_ray_token(api_client, namespace: str, cluster: str, pod: Any) -> str | 
         return var.value.strip()
     ref = getattr(getattr(var, "value_from", None), "secret_key_ref", None) if var is not None else None
     if ref is None or not ref.name or not ref.key:
-        raise ClusterError(f"{where} runs with RAY_AUTH_MODE=token but its RAY_AUTH_TOKEN comes from no Secret "
-                           "miles-ray can read", hint="set RAY_AUTH_TOKEN from a Secret (secretKeyRef) on the head")
+        raise ClusterError(f"{where} runs with RAY_AUTH_MODE=token but its RAY_AUTH_TOKEN is not taken from a "
+                           "Secret (secretKeyRef)", hint="set RAY_AUTH_TOKEN from a Secret on the head's Ray container")
     try:
         secret = client.CoreV1Api(api_client).read_namespaced_secret(ref.name, namespace)
     except Exception as e:  # noqa: BLE001

@@ -114,9 +114,9 @@ def _pods_explained(core: Any) -> str:
     return "\n".join(lines)
 
 
-def _ray_nodes(url: str) -> list[dict[str, Any]]:
+def _ray_nodes(url: str, headers: dict[str, str]) -> list[dict[str, Any]]:
     try:
-        with urllib.request.urlopen(f"{url}/api/v0/nodes?detail=1", timeout=10) as r:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/api/v0/nodes?detail=1", headers=headers), timeout=10) as r:
             return json.loads(r.read())["data"]["result"]["result"]
     except (OSError, ValueError, KeyError):
         return []
@@ -127,7 +127,7 @@ def test_raycluster_from_render_runs_ray_on_real_nodes(cluster: RealPods, tmp_pa
     from kubernetes import client
     from kubernetes.stream import stream
 
-    from miles_ray.adapters.kube import port_forward
+    from miles_ray.adapters.kube import head_ray_token, port_forward
 
     api = cluster.api_client()
     core = client.CoreV1Api(api)
@@ -165,20 +165,22 @@ def test_raycluster_from_render_runs_ray_on_real_nodes(cluster: RealPods, tmp_pa
     assert [ln.split()[1] for ln in resolv.splitlines() if ln.startswith("nameserver")] == [realnodes.DNS_IP]
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    # the rendered RayCluster has token auth (authOptions): the token of the Secret KubeRay made goes with each call
+    auth = {"Authorization": f"Bearer {head_ray_token(api, NS, NAME, head)}"}
     with port_forward(api, NS, head.metadata.name, 8265) as url:
         def workers_joined() -> list[dict[str, Any]] | None:
-            alive = [n for n in _ray_nodes(url) if n.get("state") == "ALIVE" and not n.get("is_head_node")]
+            alive = [n for n in _ray_nodes(url, auth) if n.get("state") == "ALIVE" and not n.get("is_head_node")]
             gpu = [n for n in alive if n.get("resources_total", {}).get("GPU") == 2.0]
             return gpu if len(gpu) == 2 and len({n["node_ip"] for n in gpu}) == 2 else None
 
         joined = poll("both GPU workers ALIVE in Ray with 2 GPUs each", workers_joined, 180, 1,
-                          lambda: json.dumps(_ray_nodes(url))[:3000])
+                          lambda: json.dumps(_ray_nodes(url, auth))[:3000])
         cluster.figures["apply_to_workers_joined_s"] = round(time.monotonic() - t_apply, 1)
         assert {n["node_ip"] for n in joined} == worker_ips  # Ray's nodes are the pods, on two real nodes
 
         from ray.job_submission import JobStatus, JobSubmissionClient
 
-        jobs = JobSubmissionClient(url)
+        jobs = JobSubmissionClient(url, headers=auth)
         (tmp_path / "job").mkdir()
         (tmp_path / "job" / "smoke_job.py").write_text(SMOKE_JOB)
         t_submit = time.monotonic()
