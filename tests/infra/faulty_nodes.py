@@ -129,6 +129,8 @@ def start_node(cluster: dict, spec: NodeSpec, timeout: float = 180) -> ExtraNode
         argv = args
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
     env.update(RAY_ENV)
+    if cluster.get("auth") == "token":  # join with the cluster's token (the session exports its token file)
+        env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": os.environ["RAY_AUTH_TOKEN_PATH"]})
     env["PATH"] = f"{ray.parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(spec.env)
     log = Path(cluster["temp_dir"]) / "logs" / f"test-extra-node-{spec.tag}.log"
