@@ -38,7 +38,7 @@ KIND_NODE_IMAGE="kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a2
 KIND_VERSION_BUILT_FOR="v0.33.0"
 # KubeRay operator Helm chart, same version as the operator in our tests (cluster/versions.env).
 KUBERAY_CHART_REPO="https://ray-project.github.io/kuberay-helm/"
-KUBERAY_CHART_VERSION="1.5.0"
+KUBERAY_CHART_VERSION="1.6.2"
 # Ray inside the image (= ray in constraints.txt: client, head and workers run one Ray version).
 RAY_VERSION="2.60.0"
 RAY_IMAGE_TAG="rayproject/ray:2.60.0-py311-cpu"

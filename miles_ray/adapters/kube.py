@@ -196,8 +196,8 @@ def namespace_exists(api_client, namespace: str) -> bool:
         raise api_error(e, f"read namespace {namespace}") from None
 
 
-def raycluster_crd_versions(api_client) -> list[str] | None:
-    """Served versions of the RayCluster CRD, or None when it is not installed."""
+def raycluster_crd(api_client) -> dict | None:
+    """The installed RayCluster CRD as plain JSON (camelCase keys, as stored), or None when it is not installed."""
     from kubernetes import client
 
     try:
@@ -206,7 +206,25 @@ def raycluster_crd_versions(api_client) -> list[str] | None:
         if _status(e) == 404:
             return None
         raise api_error(e, f"read CRD {CRD_NAME}") from None
-    return [v.name for v in crd.spec.versions if v.served]
+    return api_client.sanitize_for_serialization(crd)
+
+
+def crd_served_versions(crd: dict) -> list[str]:
+    return [v["name"] for v in crd.get("spec", {}).get("versions", []) if v.get("served")]
+
+
+def crd_schema(crd: dict, version: str = VERSION) -> dict | None:
+    """The ``openAPIV3Schema`` of one version of a CRD (as :func:`raycluster_crd` returns it), if it has one."""
+    for v in crd.get("spec", {}).get("versions", []):
+        if v.get("name") == version:
+            return (v.get("schema") or {}).get("openAPIV3Schema")
+    return None
+
+
+def raycluster_crd_versions(api_client) -> list[str] | None:
+    """Served versions of the RayCluster CRD, or None when it is not installed."""
+    crd = raycluster_crd(api_client)
+    return None if crd is None else crd_served_versions(crd)
 
 
 def pvc_exists(api_client, namespace: str, claim: str) -> bool:
@@ -396,6 +414,11 @@ def cluster_pods(api_client, namespace: str, cluster: str) -> list[dict]:
 def head_pod(api_client, namespace: str, cluster: str) -> str:
     """The name of the RayCluster's running head pod: NotFound when it has none, Unreachable when it is not
     running (yet)."""
+    return running_head_pod(api_client, namespace, cluster).metadata.name
+
+
+def running_head_pod(api_client, namespace: str, cluster: str) -> Any:
+    """The RayCluster's running head pod (``V1Pod``); errors as :func:`head_pod`."""
     pods = list_pods(api_client, namespace, cluster_selector(cluster, "head"))
     if not pods:
         raise NotFound(f"RayCluster {namespace}/{cluster} has no head pod",
@@ -405,7 +428,48 @@ def head_pod(api_client, namespace: str, cluster: str) -> str:
         states = ", ".join(f"{p.metadata.name} {p.status.phase}" for p in pods)
         raise Unreachable(f"the head pod of RayCluster {namespace}/{cluster} is not running ({states})",
                           hint="'miles-ray status' shows why; 'miles-ray up' waits for it")
-    return running[0].metadata.name
+    return running[0]
+
+
+TOKEN_RBAC_HINT = ("the Ray token is read from that Secret: your identity needs 'get' on secrets in the namespace "
+                   "(manifests/rbac.yaml)")
+
+
+def head_ray_token(api_client, namespace: str, cluster: str, pod: Any) -> str | None:
+    """The Ray token the head pod runs with, or None when its Ray container (the first) does not run with
+    ``RAY_AUTH_MODE=token``. KubeRay's ``authOptions`` (and the Polyaxon path's env) give that container
+    ``RAY_AUTH_TOKEN`` from a Secret: that Secret is read here (``get`` on one Secret, nothing listed). The token
+    is returned, never logged or put into an error."""
+    import base64
+
+    from kubernetes import client
+
+    container = (pod.spec.containers or [None])[0]
+    env = {e.name: e for e in (getattr(container, "env", None) or [])}
+    mode = env.get("RAY_AUTH_MODE")
+    if mode is None or (mode.value or "").strip().lower() != "token":
+        return None
+    where = f"RayCluster {namespace}/{cluster} (head pod {pod.metadata.name})"
+    var = env.get("RAY_AUTH_TOKEN")
+    if var is not None and var.value:
+        return var.value.strip()
+    ref = getattr(getattr(var, "value_from", None), "secret_key_ref", None) if var is not None else None
+    if ref is None or not ref.name or not ref.key:
+        raise ClusterError(f"{where} runs with RAY_AUTH_MODE=token but its RAY_AUTH_TOKEN is not taken from a "
+                           "Secret (secretKeyRef)", hint="set RAY_AUTH_TOKEN from a Secret on the head's Ray container")
+    try:
+        secret = client.CoreV1Api(api_client).read_namespaced_secret(ref.name, namespace)
+    except Exception as e:  # noqa: BLE001
+        error = api_error(e, f"read the Ray token Secret {namespace}/{ref.name} of {where}")
+        if _status(e) == 403:
+            error.hint = TOKEN_RBAC_HINT
+        raise error from None
+    raw = (secret.data or {}).get(ref.key)
+    token = base64.b64decode(raw).decode("utf-8", "replace").strip() if raw else ""
+    if not token:
+        raise ClusterError(f"the Ray token Secret {namespace}/{ref.name} of {where} has no key {ref.key!r}",
+                           hint="KubeRay writes it as auth_token; recreate the Secret or the RayCluster")
+    return token
 
 
 def _handshake_failure(e: BaseException) -> tuple[int | None, str]:

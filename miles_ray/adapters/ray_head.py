@@ -9,7 +9,10 @@ http URL of its dashboard / Jobs API for the duration of a ``with`` block.
 * ``local://NAME``: the dashboard of the local cluster ``NAME`` on this machine.
 
 Every verb that talks to Ray goes through here (submit, logs, status, stop, runs, check-data, comm-check,
-doctor, register, runs compare).
+doctor, register, runs compare), and so every request inside the block carries the head's Ray token
+(:mod:`miles_ray.adapters.ray_auth`): a local cluster's own token file (also for its dashboard URL, which run
+records keep), the Secret a KubeRay head pod reads ``RAY_AUTH_TOKEN`` from, else ``$RAY_AUTH_TOKEN`` /
+``$RAY_AUTH_TOKEN_PATH``.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-from miles_ray.adapters import kube, local_ray, ray_jobs, state
-from miles_ray.core.errors import Unreachable
+from miles_ray.adapters import kube, local_ray, ray_auth, ray_jobs, state
+from miles_ray.core.errors import ClusterError, Unreachable
 from miles_ray.core.heads import DASHBOARD_PORT, HeadAddress, parse_head
 
 
@@ -33,6 +36,38 @@ def local_dashboard(name: str) -> str:
     return local_ray.status(state.local_clusters_dir(), name)["dashboard_url"]
 
 
+def remember_local_tokens(url: str) -> None:
+    """When ``url`` is the dashboard of a local cluster on this machine, send its token with requests to it."""
+    head = parse_head(url)
+    if not head.on_this_machine:
+        return
+    directory = state.local_clusters_dir()
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            local_ray.read_state(directory, path.stem)  # reading a state makes its token known for its URL
+        except ClusterError:
+            continue
+
+
+def local_token_path(url: str) -> str | None:
+    """The token file of the local cluster whose dashboard is ``url`` (None: not a local token-auth cluster)."""
+    head = parse_head(url)
+    if head.kind == "local":
+        state_ = local_ray.read_state(state.local_clusters_dir(), head.name or "")
+        return (state_ or {}).get("token_path") if (state_ or {}).get("auth") == "token" else None
+    if not head.on_this_machine:
+        return None
+    directory = state.local_clusters_dir()
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            found = local_ray.read_state(directory, path.stem)
+        except ClusterError:
+            continue
+        if found and found.get("dashboard_url") == url.rstrip("/") and found.get("auth") == "token":
+            return found.get("token_path")
+    return None
+
+
 @contextmanager
 def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
               kubeconfig: str | None = None) -> Iterator[str]:
@@ -40,6 +75,7 @@ def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
     as long as the ``with`` block; kubeconfig/context say which Kubernetes API to forward through."""
     head = address if isinstance(address, HeadAddress) else parse_head(address)
     if head.kind == "url":
+        remember_local_tokens(head.url or head.address)
         yield head.url or head.address
         return
     if head.kind == "local":
@@ -50,8 +86,10 @@ def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
         return
     namespace, name = head.namespace or "", head.name or ""
     api = kube.load_client(kubeconfig, kube_context)
-    pod = kube.head_pod(api, namespace, name)
-    with kube.port_forward(api, namespace, pod, DASHBOARD_PORT) as url:  # Unreachable naming the pod if refused
+    head_pod = kube.running_head_pod(api, namespace, name)
+    pod = head_pod.metadata.name
+    token = kube.head_ray_token(api, namespace, name, head_pod)
+    with kube.port_forward(api, namespace, pod, DASHBOARD_PORT) as url, ray_auth.using(url, token):
         try:
             ray_jobs.ray_version(url)  # the head answers through the forward, or we say which pod did not
         except Unreachable as e:

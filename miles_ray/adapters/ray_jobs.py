@@ -8,6 +8,9 @@ Every failure is one typed error (:mod:`miles_ray.core.errors`) naming the addre
 head does not answer (by exception type: connection errors, timeouts), else the type of the HTTP status the
 head answered with (``NotFound`` for an unknown job, ...). Ray's SDK only puts that status into the text of a
 ``RuntimeError``; :class:`_TypedClient` takes it from the response instead, so nothing here reads error text.
+
+Every request carries the head's Ray token when one is known for its address (:mod:`miles_ray.adapters.ray_auth`);
+a head that refuses (401 without a token, 403 with a wrong one) is one ``Forbidden`` error saying so.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from miles_ray.adapters import ray_auth
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound, TimedOut, Unreachable, from_http_status
 
 Progress = Callable[[str], None] | None
@@ -28,6 +32,8 @@ Progress = Callable[[str], None] | None
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 FIX_HINT = "start a local cluster with `miles-ray up --backend local`, or pass --address http://<head>:8265"
 RUNS_HINT = "'miles-ray runs' lists the runs and their jobs"
+AUTH_HINT = ("the head requires its Ray token: miles-ray sends it for local:// and k8s:// heads (and runs recorded "
+             "on them); for a head given by URL set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH")
 
 
 def normalize_address(address: str) -> str:
@@ -85,8 +91,11 @@ def _client(address: str):
     for name in [n for n in logging.root.manager.loggerDict if n == "ray" or n.startswith("ray.")]:
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        return _TypedClient(address)
+        return _TypedClient(address, headers=ray_auth.headers(address))
     except Exception as exc:  # ConnectionError, requests errors, version-check failures
+        status = getattr(getattr(exc, "response", None), "status_code", None)  # requests.HTTPError of its version check
+        if status in (401, 403):
+            raise _refused(address, status, "the Jobs API client's version check") from exc
         raise _unreachable(address, _short(exc)) from exc
 
 
@@ -102,11 +111,19 @@ def _typed(address: str, what: str, exc: BaseException, not_found: str | None = 
     if isinstance(exc, _HeadAnswered):
         if exc.status == 404:
             return NotFound(not_found or f"{what}: no such job on {address}", hint=RUNS_HINT, status=404)
+        if exc.status in (401, 403):
+            return _refused(address, exc.status, what)
         return from_http_status(exc.status, f"{what} failed on {address}: {exc}")
     status = getattr(exc, "status", None)  # aiohttp's handshake and response errors carry the HTTP status
     if isinstance(status, int) and status >= 400:
         return _typed(address, what, _HeadAnswered(status, getattr(exc, "message", "") or ""), not_found)
     return _unreachable(address, _short(exc))
+
+
+def _refused(address: str, status: int, what: str) -> ClusterError:
+    """The head refused the request for want of (401) or with a wrong (403) Ray token. The token is never quoted."""
+    why = "without a Ray token" if status == 401 else "with a Ray token it does not accept"
+    return from_http_status(status, f"the Ray head at {address} refused {what} {why} (HTTP {status})", AUTH_HINT)
 
 
 def _call(address: str, what: str, fn: Callable[[], Any]) -> Any:
@@ -122,10 +139,13 @@ def _call(address: str, what: str, fn: Callable[[], Any]) -> Any:
 
 
 def _get_json(address: str, path: str, timeout: float) -> Any:
+    request = urllib.request.Request(f"{address}{path}", headers=ray_auth.headers(address))
     try:
-        with urllib.request.urlopen(f"{address}{path}", timeout=timeout) as resp:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310
             return json.load(resp)
     except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise _refused(address, exc.code, f"GET {path}") from exc
         raise from_http_status(exc.code, f"GET {path} failed on the Ray head at {address}: HTTP {exc.code}",
                                hint="is this a Ray dashboard (http://HEAD:8265)?") from exc
     except (urllib.error.URLError, OSError) as exc:

@@ -49,6 +49,13 @@ ImageOpt = Annotated[Optional[str], typer.Option("--image", help="Miles image pi
 RayVersionOpt = Annotated[Optional[str], typer.Option("--ray-version", help="Ray version inside the image (rayVersion)", show_default=False)]
 QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="admit the whole cluster at once through this queue: a Kueue LocalQueue (label kueue.x-k8s.io/queue-name), or with --scheduler volcano a Volcano queue", show_default=False)]
 SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", metavar="<default|volcano>", help="volcano: KubeRay's Volcano gang scheduling (ray.io/scheduler-name: volcano, one PodGroup for head + workers) [default: default]", show_default=False)]
+
+class RayAuth(str, Enum):
+    token = "token"
+    none = "none"
+
+
+RayAuthOpt = Annotated[Optional[RayAuth], typer.Option("--ray-auth", help="Ray token authentication of the cluster: token (every request to Ray needs the cluster's token, which miles-ray keeps in a 0600 file locally or KubeRay in a Secret, and sends itself) or none (anyone who reaches the head can run code: warns) [default: token]", show_default=False)]
 AllowUnpinnedOpt = Annotated[Optional[bool], typer.Option("--allow-unpinned/--require-pinned", help="accept a tag-only image (warns)", show_default=False)]
 
 

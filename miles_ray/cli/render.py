@@ -13,13 +13,13 @@ from typing import Annotated, Any, Optional
 import typer
 
 from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt, NameOpt, NamespaceOpt,
-                                  NodesOpt, QueueOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt,
-                                  RolloutNodesOpt, SchedulerOpt, config_flags, err, warn)
+                                  NodesOpt, QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
+                                  RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, config_flags, err, warn)
 from miles_ray.cli.plan import require_feasible, resolve_plan
 from miles_ray.core.errors import ConfigError
 from miles_ray.adapters.crd_schema import validate_raycluster
 from miles_ray.adapters.polyaxon_spec import to_custom_resource, validate_operation
-from miles_ray.core.builders import build_operation, build_raycluster
+from miles_ray.core.builders import NO_AUTH_WARNING, build_operation, build_raycluster
 from miles_ray.core.config import load_config
 from miles_ray.core.images import check_image
 from miles_ray.core.queues import apply_to_operation, apply_to_raycluster
@@ -53,6 +53,8 @@ def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], 
     _, plan = resolve_plan(cfg)
     require_feasible(plan)
     warnings += plan.warnings
+    if cfg.ray_auth != "token":
+        warnings.append(NO_AUTH_WARNING)
     docs: dict[str, dict[str, Any]] = {}
     if formats & {"polyaxon", "polyaxon-cr"}:
         op = apply_to_operation(build_operation(cfg, plan, str(image), cfg.ray_version), cfg, plan.ray.gpu_workers)
@@ -132,6 +134,7 @@ def render_cmd(
     allow_unpinned: AllowUnpinnedOpt = None,
     queue: QueueOpt = None,
     scheduler: SchedulerOpt = None,
+    ray_auth: RayAuthOpt = None,
     recipe_file: RecipeFileOpt = None,
     config: ConfigOpt = None,
     single_node: Annotated[bool, typer.Option("--single-node", help="start with one single-node job: one Polyaxon job running the upstream Miles launcher in one pod (no KubeRay, no --ray-version)")] = False,
@@ -158,7 +161,7 @@ def render_cmd(
                                    gpus_per_node=gpus_per_node, layout=layout, rollout_nodes=rollout_nodes,
                                    rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
                                    allow_unpinned=allow_unpinned, recipe_file=recipe_file,
-                                   queue=queue, scheduler=scheduler), config)
+                                   queue=queue, scheduler=scheduler, ray_auth=ray_auth), config)
     if single_node:
         if format is not Format.polyaxon:
             raise ConfigError(f"--single-node renders a Polyaxon job only, not -F {format.value}",

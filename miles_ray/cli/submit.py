@@ -15,7 +15,6 @@ from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, Conf
                                   checks_failed, dump, emit, err, job_state_exit, out, progress_display)
 from miles_ray.cli.logs import read_logs
 from miles_ray.core.config import load_config
-from miles_ray.core.entrypoint import job_env
 from miles_ray.services import jobs
 
 
@@ -150,7 +149,7 @@ def _run_launcher(cfg, result) -> None:
     record = result["record"]
     state.create_record(record)
     argv = shlex.split(record["entrypoint"])
-    env = job_env(cfg, result["address"])
+    env = jobs.launcher_env(cfg, result["address"])
     err.print(f"run {record['run']}: exec {' '.join(argv)} (MILES_SCRIPT_EXTERNAL_RAY=1, RAY_ADDRESS={result['address']})")
     err.print("[yellow]note:[/] the upstream launcher pkill -9s processes named sglang, miles and redis on this host")
     jobs.exec_launcher(argv, env, cfg.miles_root)

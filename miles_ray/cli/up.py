@@ -11,10 +11,11 @@ from rich.table import Table
 
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
-                                  QueueOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt,
-                                  SchedulerOpt, TimeoutOpt, config_flags, emit, err, out, progress_display, warn)
+                                  QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt,
+                                  RolloutNodesOpt, SchedulerOpt, TimeoutOpt, config_flags, emit, err, out, progress_display, warn)
 from miles_ray.core.errors import ConfigError
 from miles_ray.cli.render import build_single_node_document
+from miles_ray.core.builders import NO_AUTH_WARNING
 from miles_ray.core.config import load_config
 from miles_ray.services import clusters
 from miles_ray.services.k8s_clusters import up_single_node
@@ -89,6 +90,7 @@ def up_cmd(
     allow_unpinned: AllowUnpinnedOpt = None,
     queue: QueueOpt = None,
     scheduler: SchedulerOpt = None,
+    ray_auth: RayAuthOpt = None,
     namespace: NamespaceOpt = None,
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
@@ -107,6 +109,10 @@ def up_cmd(
     --name when one already runs on this machine (then nothing changes), else Kubernetes. Running 'up'
     again on a live cluster changes nothing. Progress goes to stderr whatever -o is.
 
+    Ray token authentication is on by default (--ray-auth token): locally a fresh token per cluster in a 0600
+    file beside its state; on Kubernetes KubeRay's authOptions (KubeRay >= 1.6) with the token in a Secret, and
+    by Secret reference on the Polyaxon path. Every miles-ray verb sends the token itself.
+
     Examples:
 
     \b
@@ -118,7 +124,9 @@ def up_cmd(
                                    rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
                                    ray_version=ray_version, allow_unpinned=allow_unpinned, namespace=namespace,
                                    kube_context=context, kubeconfig=kubeconfig, recipe_file=recipe_file,
-                                   queue=queue, scheduler=scheduler), config)
+                                   queue=queue, scheduler=scheduler, ray_auth=ray_auth), config)
+    if cfg.ray_auth == "none" and not single_node:
+        warn(NO_AUTH_WARNING)
     if single_node:
         if backend is Backend.local or via is Via.kuberay:
             raise ConfigError("--single-node creates a Polyaxon job (the launcher starts Ray inside its pod)",

@@ -3,7 +3,7 @@
 Both are generated from ONE container spec (``ray_container``): the same image reference, the same
 environment and the same mounts on the head and every worker. Head and workers differ only in their
 resources and ``rayStartParams`` (and pod-level GPU placement: node selector and tolerations).
-Pure functions: dicts in, dicts out.
+Ray token authentication (``ray_auth``) is rendered by :func:`ray_auth` alone. Pure functions: dicts in, dicts out.
 """
 
 from __future__ import annotations
@@ -47,13 +47,64 @@ def secret_env_refs(cfg: MilesRayConfig) -> list[dict[str, Any]]:
     return refs
 
 
-def ray_container(cfg: MilesRayConfig, image: str, with_mounts: bool) -> dict[str, Any]:
+RAY_TOKEN_KEY = "auth_token"  # the key of the token in its Secret (KubeRay's name for it)
+KUBERAY_NAME_MAX = 50  # KubeRay shortens longer RayCluster names to their last 50 characters for what it creates
+
+
+def kuberay_token_secret(raycluster: str) -> str:
+    """The Secret KubeRay (>= 1.6) creates for a RayCluster with ``authOptions.mode: token`` and no
+    ``secretName``: named after the RayCluster as KubeRay names the objects it makes (its last 50 characters,
+    an 'r' in place of a leading digit or punctuation)."""
+    name = raycluster[-KUBERAY_NAME_MAX:]
+    if name and not name[0].isalpha():
+        name = "r" + name[1:]
+    return name
+
+
+def ray_token_secret(cfg: MilesRayConfig) -> str:
+    """The Secret holding the cluster's Ray token under :data:`RAY_TOKEN_KEY`: ``ray_auth_secret``, else the one
+    KubeRay creates for the RayCluster ``up --via kuberay`` makes (named after the cluster)."""
+    return cfg.ray_auth_secret or kuberay_token_secret(cfg.name)
+
+
+def ray_auth(cfg: MilesRayConfig, *, kuberay_managed: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Ray token authentication as rendered: ``(spec.authOptions or None, env entries for the container)``.
+
+    * ``ray_auth: token`` on a RayCluster KubeRay manages (``kuberay_managed``): ``authOptions: {mode: token}``
+      (KubeRay >= 1.6; plus ``secretName`` with ``ray_auth_secret``). The operator then creates the token
+      Secret (unless named), sets ``RAY_AUTH_MODE``/``RAY_AUTH_TOKEN`` (from the Secret) on every Ray container
+      and on its init containers, and authenticates its own calls to the head. No env here.
+    * ``token`` elsewhere (the Polyaxon operation's head and workers, whose RayCluster Polyaxon renders without
+      ``authOptions``; the in-cluster launcher job): ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` by
+      reference to the Secret (``secretKeyRef``), never the value. KubeRay copies the Ray container's env to
+      the workers' ``wait-gcs-ready`` init container, so it authenticates too.
+    * ``none``: ``RAY_AUTH_MODE=disabled`` explicitly (Ray makes token auth its default in 2.61), no
+      ``authOptions`` -- so an operator older than 1.6 accepts the RayCluster.
+    """
+    if cfg.ray_auth != "token":
+        return None, [{"name": "RAY_AUTH_MODE", "value": "disabled"}]
+    if kuberay_managed:
+        options: dict[str, Any] = {"mode": "token"}
+        if cfg.ray_auth_secret:
+            options["secretName"] = cfg.ray_auth_secret
+        return options, []
+    return None, [{"name": "RAY_AUTH_MODE", "value": "token"},
+                  {"name": "RAY_AUTH_TOKEN",
+                   "valueFrom": {"secretKeyRef": {"name": ray_token_secret(cfg), "key": RAY_TOKEN_KEY}}}]
+
+
+NO_AUTH_WARNING = ("ray_auth is none: the cluster's Ray head runs without token authentication, so anyone who "
+                   "can reach it can run code on every node")
+
+
+def ray_container(cfg: MilesRayConfig, image: str, with_mounts: bool, kuberay_managed: bool = True) -> dict[str, Any]:
     """The one container spec shared by head and workers (resources are added per role)."""
     container: dict[str, Any] = {
         "name": "ray",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "env": [{"name": k, "value": v} for k, v in miles_env(cfg).items()] + secret_env_refs(cfg),
+        "env": ([{"name": k, "value": v} for k, v in miles_env(cfg).items()] + secret_env_refs(cfg)
+                + ray_auth(cfg, kuberay_managed=kuberay_managed)[1]),
     }
     security = container_security(cfg)
     if security:
@@ -156,7 +207,7 @@ def build_raycluster(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: s
         head_pod["securityContext"] = copy.deepcopy(pod_security)
         worker_pod["securityContext"] = copy.deepcopy(pod_security)
     lbl = labels(cfg, plan)
-    return {
+    doc = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
         "metadata": {
@@ -183,6 +234,10 @@ def build_raycluster(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: s
             }],
         },
     }
+    auth_options, _ = ray_auth(cfg, kuberay_managed=True)
+    if auth_options is not None:
+        doc["spec"]["authOptions"] = auth_options
+    return doc
 
 
 def build_operation(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: str,
@@ -192,7 +247,7 @@ def build_operation(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: st
     Head and workers each get their own container, connections and environment in Polyaxon's schema;
     here they are copies of one spec so they cannot drift.
     """
-    base = ray_container(cfg, image, with_mounts=False)
+    base = ray_container(cfg, image, with_mounts=False, kuberay_managed=False)
     connections = [cfg.connection]
     head: dict[str, Any] = {
         "rayStartParams": dict(HEAD_START_PARAMS),

@@ -73,6 +73,12 @@ class MilesRayConfig(BaseModel):
     image: str | None = Field(None, description="Miles image, pinned: repo[:tag]@sha256:<64 hex>")
     allow_unpinned: bool = Field(False, description="accept a tag-only image (warns)")
     ray_version: str | None = Field(None, description="Ray version inside the image (rayVersion)")
+    ray_auth: Literal["token", "none"] = Field(
+        "token", description="Ray token authentication: token (every Ray process of the cluster requires the "
+        "cluster's token; miles-ray sends it) or none (anyone who reaches the head can run code there: warns)")
+    ray_auth_secret: str | None = Field(
+        None, description="Kubernetes Secret holding the Ray token under the key auth_token (default: the one "
+        "named after the cluster, which KubeRay creates for --via kuberay; the Polyaxon path needs it to exist)")
 
     # recipe and split
     recipe: str = Field("Qwen3-4B", description="recipe name (miles-ray recipes)")
@@ -184,6 +190,13 @@ class MilesRayConfig(BaseModel):
     def _ray_version(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"^[0-9]+\.[0-9]+\.[0-9]+([a-z0-9.+-]*)$", v):
             raise ValueError(f"{v!r} is not a Ray version such as 2.60.0")
+        return v
+
+    @field_validator("ray_auth_secret")
+    @classmethod
+    def _ray_auth_secret(cls, v: str | None) -> str | None:
+        if v is not None and (len(v) > 253 or not _SECRET_OBJ.fullmatch(v)):
+            raise ValueError(f"{v!r} is not a Kubernetes Secret name (a DNS-1123 name such as miles-ray-token)")
         return v
 
     @field_validator("env")
@@ -365,6 +378,10 @@ polyaxon_project: miles
 # image: radixark/miles:latest@sha256:<64 hex>
 # Ray version installed in that image (docker run IMAGE python -c 'import ray; print(ray.__version__)').
 # ray_version: "2.60.0"
+# Ray token authentication (default token: KubeRay >= 1.6 keeps the token in a Secret named after the cluster,
+# key auth_token; miles-ray reads it to talk to the head). 'none' lets anyone who reaches the head run code.
+# ray_auth: token
+# ray_auth_secret: my-ray-token   # an existing Secret (key auth_token) instead of the one KubeRay creates
 
 # Recipe and split ('miles-ray recipes' lists them; 'miles-ray plan' checks the split).
 recipe: Qwen3-4B

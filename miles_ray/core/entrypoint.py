@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
-from miles_ray.core.builders import POLYAXON_VERSION, miles_env
+from miles_ray.core.builders import POLYAXON_VERSION, miles_env, ray_auth
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.names import label_safe
@@ -168,7 +168,9 @@ def launcher_job_operation(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, imag
                     "workingDir": cfg.miles_root,
                     "command": argv[:2],
                     "args": argv[2:],
-                    "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+                    # the head's Ray token by reference to its Secret (never the value)
+                    "env": [{"name": k, "value": v} for k, v in sorted(env.items())]
+                           + ray_auth(cfg, kuberay_managed=False)[1],
                     "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
                 },
             },

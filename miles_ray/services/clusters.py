@@ -27,7 +27,7 @@ def up(cfg: MilesRayConfig, backend: str, progress: Progress = None, timeout: fl
     if backend == "local":
         # Local fake nodes advertise one CPU per GPU plus one spare (Miles's bundles are {GPU:1, CPU:1}).
         return local_ray.up(state.local_clusters_dir(), cfg.name, cfg.nodes, cfg.gpus_per_node,
-                            cfg.gpus_per_node + 1, progress=progress, timeout=timeout)
+                            cfg.gpus_per_node + 1, progress=progress, timeout=timeout, auth=cfg.ray_auth)
     return k8s_clusters.up(cfg, progress=progress, timeout=timeout, **kube)
 
 

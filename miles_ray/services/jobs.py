@@ -14,11 +14,11 @@ import sys
 from dataclasses import replace
 from typing import Any, Callable, Iterator
 
-from miles_ray.adapters import polyaxon_api, polyaxon_spec, ray_jobs, state
-from miles_ray.adapters.ray_head import open_head
+from miles_ray.adapters import polyaxon_api, polyaxon_spec, ray_auth, ray_jobs, state
+from miles_ray.adapters.ray_head import local_token_path, open_head
 from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.entrypoint import RUN_NAME
+from miles_ray.core.entrypoint import RUN_NAME, job_env
 from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, NotFound, TimedOut
 from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, check_topology, parse_env,
                                        prepare_submit, validate_request)
@@ -31,7 +31,8 @@ from miles_ray.services.probes import launchers_dir, payload_python
 Progress = Callable[[str], None] | None
 
 # parse_env (the --env rules submit applies) is part of this service's surface, with the job commands below.
-__all__ = ["dry_run_view", "exec_launcher", "job_or_none", "latest_run", "launcher_as_polyaxon_job", "live_status",
+__all__ = ["dry_run_view", "exec_launcher", "job_or_none", "latest_run", "launcher_as_polyaxon_job", "launcher_env",
+           "live_status",
            "parse_env", "run_logs", "run_status", "run_stop", "submit"]
 
 
@@ -295,6 +296,20 @@ def latest_run() -> str:
     if not records:
         raise ConfigError("no runs yet", hint="submit one with 'miles-ray submit'")
     return records[-1]["run"]
+
+
+def launcher_env(cfg: MilesRayConfig, address: str) -> dict[str, str]:
+    """The upstream launcher's environment on this machine: the job's, plus Ray token auth so the ``ray``
+    commands it runs are let in: ``RAY_AUTH_MODE=token`` with the local cluster's token file
+    (``RAY_AUTH_TOKEN_PATH``), or with the ``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH`` it inherits. By path or
+    inherited only: the token itself is never added."""
+    env = job_env(cfg, address)
+    token_path = local_token_path(address)
+    if token_path:
+        env.update({ray_auth.MODE_ENV: "token", ray_auth.TOKEN_PATH_ENV: token_path})
+    elif ray_auth.token_from_env():
+        env[ray_auth.MODE_ENV] = "token"
+    return env
 
 
 def exec_launcher(argv: list[str], env: dict[str, str], cwd: str) -> None:

@@ -12,7 +12,9 @@ from typing import Any, Callable
 from miles_ray.adapters import kube, polyaxon_api, polyaxon_spec, ray_jobs, state
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, ConfigError, Conflict, Interrupted, NotFound, TimedOut, Unreachable
+from miles_ray.core.crd_fields import first_unknown_field, kuberay_version_needed
+from miles_ray.core.errors import (ClusterError, ConfigError, Conflict, Interrupted, Invalid, NotFound, TimedOut,
+                                   Unreachable)
 from miles_ray.core.heads import k8s_address
 from miles_ray.core.plans import ClusterObjects, prepare_cluster
 from miles_ray.services.jobs import live_status
@@ -45,16 +47,35 @@ def _client(cfg: MilesRayConfig):
 
 # -- preflight ------------------------------------------------------------------------------------
 
-def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling: bool = False) -> dict[str, Any]:
-    """Everything that must hold before anything is created. Raises a typed error saying what fails."""
+def check_fields_known(rendered: dict, schema: dict | None) -> None:
+    """Refuse (exit 2) the first field of the rendered RayCluster that the installed CRD's schema does not
+    declare: the API server would silently drop it (e.g. ``spec.authOptions`` on KubeRay < v1.5.1 -- the
+    cluster would then come up without token authentication)."""
+    if not schema:
+        return  # a CRD without a structural schema prunes nothing
+    unknown = first_unknown_field(rendered, schema)
+    if unknown is None:
+        return
+    path, value = unknown
+    raise Invalid(f"the KubeRay operator installed on this cluster does not know RayCluster field {path} "
+                  f"(its CRD has no such field; the API server would drop it); it needs KubeRay >= "
+                  f"{kuberay_version_needed(path, value)}",
+                  hint="upgrade the KubeRay operator and its CRDs, or change the setting that renders it")
+
+
+def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling: bool = False,
+              rendered: dict | None = None) -> dict[str, Any]:
+    """Everything that must hold before anything is created. Raises a typed error saying what fails.
+    ``rendered``: the RayCluster that will be created, checked field by field against the installed CRD."""
     report: dict[str, Any] = {}
     if not kube.namespace_exists(api_client, cfg.namespace):
         raise NotFound(f"namespace {cfg.namespace!r} does not exist",
                        hint=f"create it (kubectl create namespace {cfg.namespace}) or pass --namespace")
-    versions = kube.raycluster_crd_versions(api_client)
-    if versions is None:
+    crd = kube.raycluster_crd(api_client)
+    if crd is None:
         raise NotFound("the KubeRay RayCluster CRD (rayclusters.ray.io) is not installed on this cluster",
                        hint="install the KubeRay operator (its Helm chart installs the CRDs)")
+    versions = kube.crd_served_versions(crd)
     if "v1" not in versions:
         raise ClusterError(f"the installed KubeRay serves RayCluster versions {versions}, not v1",
                            hint="upgrade KubeRay to >= 1.0")
@@ -62,6 +83,8 @@ def preflight(cfg: MilesRayConfig, api_client, nodes: int, via: str, reconciling
     queue = check_queue(cfg, api_client)
     if queue is not None:
         report["queue"] = queue
+    if rendered is not None:
+        check_fields_known(rendered, kube.crd_schema(crd))
     if via == "kuberay" and not kube.pvc_exists(api_client, cfg.namespace, cfg.claim):
         raise NotFound(f"PersistentVolumeClaim {cfg.namespace}/{cfg.claim} does not exist",
                        hint="create the shared volume for models, data and checkpoints, or set volume_claim")
@@ -117,7 +140,8 @@ def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_r
     rays = kube.RayClusters(api)
     existing = rays.get(cfg.namespace, cfg.name) if via == "kuberay" else None
     _say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
-    report = preflight(cfg, api, cfg.nodes, via, reconciling=existing is not None)
+    report = preflight(cfg, api, cfg.nodes, via, reconciling=existing is not None,
+                       rendered=rc if via == "kuberay" else None)
     result: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "via": via, "preflight": report,
                               "warnings": objects.warnings}
     if via == "polyaxon":

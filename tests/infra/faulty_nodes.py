@@ -96,7 +96,10 @@ class ExtraNode:
 
 
 def alive_nodes(dashboard_url: str) -> list[dict]:
-    with urllib.request.urlopen(f"{dashboard_url}/api/v0/nodes?limit=10000", timeout=10) as resp:  # noqa: S310
+    from miles_ray.adapters import ray_auth
+
+    request = urllib.request.Request(f"{dashboard_url}/api/v0/nodes?limit=10000", headers=ray_auth.headers(dashboard_url))
+    with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
         data = json.load(resp)["data"]["result"]
     rows = data.get("result", []) if isinstance(data, dict) else data
     return [n for n in rows if n.get("state") == "ALIVE"]
@@ -126,6 +129,8 @@ def start_node(cluster: dict, spec: NodeSpec, timeout: float = 180) -> ExtraNode
         argv = args
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
     env.update(RAY_ENV)
+    if cluster.get("auth") == "token":  # join with the cluster's token (the session exports its token file)
+        env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": os.environ["RAY_AUTH_TOKEN_PATH"]})
     env["PATH"] = f"{ray.parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(spec.env)
     log = Path(cluster["temp_dir"]) / "logs" / f"test-extra-node-{spec.tag}.log"

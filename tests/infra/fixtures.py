@@ -10,6 +10,8 @@ lazy: a run whose tests ask for none of them starts nothing.
                      on 127.0.0.1 and a free port, with the ``miles-data`` connection registered.
 ``local_ray``        a real Ray cluster of separate ``ray start`` processes: a head with 0 GPUs and 4 worker
                      raylets x 8 fake GPUs (miles_ray.adapters.local_ray); stopped by PID, never ``ray stop``.
+                     It runs with Ray token authentication, the product default: its token file is exported as
+                     ``RAY_AUTH_TOKEN_PATH`` for the session, as a user of a head given by URL would export it.
 
 A test that uses one of them carries its marker (``e2e``, ``ray``, ``polyaxon``), so ``-m`` selects by
 what tests need. Per test: ``namespace`` (a fresh namespace, its pods gone afterwards), ``kube_env`` (the CLI pointed at
@@ -236,13 +238,23 @@ def polyaxon_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[haupt.
 
 
 class LocalRayCluster:
-    """Handle on the session's local Ray cluster (``miles_ray.adapters.local_ray``)."""
+    """Handle on the session's local Ray cluster (``miles_ray.adapters.local_ray``). ``state_root`` is what
+    ``MILES_RAY_STATE_DIR`` names for the CLI to find it as ``local://NAME`` (its state is ``state_root/local``);
+    ``token_path`` its Ray token file."""
 
     def __init__(self, state_dir: Path, name: str, info: dict) -> None:
+        from miles_ray.adapters import local_ray
+
         self.state_dir = state_dir
+        self.state_root = state_dir.parent
         self.name = name
         self.info = info
         self.address: str = info["dashboard_url"]
+        self.token_path = Path(local_ray.read_state(state_dir, name)["token_path"])
+
+    def headers(self) -> dict[str, str]:
+        """The ``Authorization`` header a request to this cluster needs."""
+        return {"Authorization": f"Bearer {self.token_path.read_text().strip()}"}
 
     def status(self) -> dict:
         from miles_ray.adapters import local_ray
@@ -261,13 +273,19 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayClus
     stopped at the end by PID (never ``ray stop``), with a check that nothing is left."""
     from miles_ray.adapters import local_ray as lr
 
-    state_dir = tmp_path_factory.mktemp("local-ray-state")
+    state_dir = tmp_path_factory.mktemp("local-ray-state") / "local"
     name = f"pytest-{os.getpid()}"
     info = lr.up(state_dir, name, LOCAL_RAY_NODES, LOCAL_RAY_GPUS, LOCAL_RAY_GPUS, timeout=240)
     cluster = LocalRayCluster(state_dir, name, info)
+    exported = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(cluster.token_path)
     try:
         yield cluster
     finally:
+        if exported is None:
+            os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+        else:
+            os.environ["RAY_AUTH_TOKEN_PATH"] = exported
         state = lr.read_state(state_dir, name)
         if state is not None:
             procs = lr.processes_of(state)

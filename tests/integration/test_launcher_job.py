@@ -38,7 +38,11 @@ def test_launcher_runs_as_a_polyaxon_job_against_the_head(polyaxon_server, monke
     assert c["image"] == IMAGE and c["workingDir"] == "/root/miles"
     assert c["command"] == ["python3", "/root/miles/scripts/run_qwen3_dense.py"]
     assert c["args"][:6] == ["--model-name", "Qwen3-4B", "--num-nodes", "2", "--num-gpus-per-node", "8"]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["MILES_SCRIPT_EXTERNAL_RAY"] == "1" and env["RAY_ADDRESS"] == "http://q4-head-svc.ml.svc:8265"
+    # the head's Ray token by reference to the Secret KubeRay made for RayCluster q4, as the Polyaxon server kept it
+    token = next(e for e in c["env"] if e["name"] == "RAY_AUTH_TOKEN")
+    assert env["RAY_AUTH_MODE"] == "token" and "value" not in token
+    assert token["valueFrom"] == {"secretKeyRef": {"name": "q4", "key": "auth_token"}}
     assert "nvidia.com/gpu" not in json.dumps(c["resources"])  # the launcher only submits
     assert state.load_record("l-1")["polyaxon_run_uuid"] == result["polyaxon_uuid"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from miles_ray.adapters import local_ray as lr
-from miles_ray.adapters import ray_jobs
+from miles_ray.adapters import ray_auth, ray_jobs
 from miles_ray.core.errors import ClusterError
 from tests.infra.upstream_placement import expected, expected_on, observed
 
@@ -60,7 +60,7 @@ def _wait_until(what: str, probe, timeout: float, poll: float = 0.5):
 def _placement_groups(address: str, job_id: str) -> list[dict]:
     """The placement groups a Ray job created, from the state API (``/api/v0/placement_groups``)."""
     url = f"{address}/api/v0/placement_groups?limit=10000&detail=true"
-    with urllib.request.urlopen(url, timeout=10) as resp:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=ray_auth.headers(address)), timeout=10) as resp:
         rows = json.load(resp)["data"]["result"]["result"]
     return [r for r in rows if r.get("creator_job_id") == job_id]
 

@@ -65,7 +65,7 @@ def test_create_compiles_and_queues(api, project):
     # read back: the operation as sent, verbatim
     assert run["raw_content"] == op
     # the server compiled it: contexts resolved per run
-    head_env = {e["name"]: e["value"] for e in run["content"]["run"]["head"]["container"]["env"]}
+    head_env = {e["name"]: e.get("value") for e in run["content"]["run"]["head"]["container"]["env"]}
     assert head_env["MILES_OUTPUT_DIR"] == f"/mnt/miles/runs/{run_uuid}"
     conds = [c["type"] for c in api.get_run(OWNER, project, run_uuid)["conditions"]]
     assert conds[:3] == ["created", "compiled", "queued"]

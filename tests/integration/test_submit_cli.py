@@ -211,6 +211,9 @@ def test_launcher_mode_runs_the_upstream_launcher_against_the_head(env, miles_ro
                            "--run-id", "via-launcher"]
     assert rec["cwd"] == str(miles_root)
     assert rec["env"]["MILES_SCRIPT_EXTERNAL_RAY"] == "1" and rec["env"]["RAY_ADDRESS"] == env.address
+    # the `ray` commands the launcher runs send the head's token (by path: never the value in the env)
+    assert rec["env"]["RAY_AUTH_MODE"] == "token" and rec["env"]["RAY_AUTH_TOKEN_PATH"] == str(env.token_path)
+    assert "RAY_AUTH_TOKEN" not in rec["env"]
     assert (tmp_path / "state" / "runs" / "via-launcher.json").is_file()
 
 

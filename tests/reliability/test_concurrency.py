@@ -84,7 +84,8 @@ def test_two_submits_of_one_run_make_one_job(local_ray, tmp_path, ledger):
         assert code == 0 and "Traceback" not in err, err
     ids = {json.loads(out)["submission_id"] for _, out, _ in results}
     assert ids == {"miles-ray-miles-race-run"}
-    n = sum(1 for j in JobSubmissionClient(local_ray.address).list_jobs() if j.submission_id == "miles-ray-miles-race-run")
+    n = sum(1 for j in JobSubmissionClient(local_ray.address, headers=local_ray.headers()).list_jobs()
+            if j.submission_id == "miles-ray-miles-race-run")
     assert n == 1
     assert sorted(json.loads(out)["created"] for _, out, _ in results) == [False, True]
     assert [p.name for p in (tmp_path / "state" / "runs").glob("*.json")] == ["race-run.json"]

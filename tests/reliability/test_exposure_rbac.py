@@ -140,6 +140,10 @@ def test_least_privilege_identity_runs_everything_and_pods_meet_baseline(
         code, out, err = cli("status", "--backend", "kubernetes", "-o", "json", *common)
         assert code == 0, err
         assert json.loads(out)["ready_workers"] == 2
+        # the Ray token (authOptions, the default): the identity reads the one Secret KubeRay made for the
+        # RayCluster -- 'get' only; listing Secrets stays refused (below)
+        token = wait_for("the Ray token Secret lp", lambda: _readable_secret(sa_core, namespace, "lp"), timeout=60)
+        assert token.data and token.data.get("auth_token")
         code, out, err = cli("scale", "--nodes", "3", "--no-ray-check", "--timeout", "120", "--backend", "kubernetes",
                              *common)
         assert code == 0, err
@@ -163,7 +167,7 @@ def test_least_privilege_identity_runs_everything_and_pods_meet_baseline(
             assert custom_objects.list_namespaced_custom_object("ray.io", "v1", other, "rayclusters")["items"] == []
         finally:
             core_v1.delete_namespace(other)
-        # and what the identity cannot do at all: delete storage, read secrets
+        # and what the identity cannot do at all: delete storage, list (enumerate) secrets
         sa_api = __import__("kubernetes").config.new_client_from_config(config_file=str(kubeconfig))
         for call in (lambda: client.CoreV1Api(sa_api).delete_namespaced_persistent_volume_claim("miles-data", namespace),
                      lambda: client.CoreV1Api(sa_api).list_namespaced_secret(namespace)):
@@ -179,3 +183,15 @@ def test_least_privilege_identity_runs_everything_and_pods_meet_baseline(
             client.RbacAuthorizationV1Api(k8s_api).delete_cluster_role(cluster_role)
         except ApiException:
             pass
+
+
+def _readable_secret(core, namespace: str, name: str):
+    """The Secret read with ``core``'s identity, None while it does not exist yet (403 fails the test)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return core.read_namespaced_secret(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise

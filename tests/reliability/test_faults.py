@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from miles_ray.adapters import ray_auth
 from tests.conftest import IMAGE
 from tests.reliability.conftest import REPO, child_env, cli_proc, one_error_line, wait_line
 
@@ -218,7 +219,8 @@ def test_signal_during_kube_up_then_rerun_reconciles(kube_env, cli, custom_objec
 def _jobs_with_id(address: str, sid: str) -> int:
     from ray.job_submission import JobSubmissionClient
 
-    return sum(1 for j in JobSubmissionClient(address).list_jobs() if j.submission_id == sid)
+    client = JobSubmissionClient(address, headers=ray_auth.headers(address))
+    return sum(1 for j in client.list_jobs() if j.submission_id == sid)
 
 
 @pytest.mark.ray
@@ -277,7 +279,8 @@ def test_ray_head_killed_during_submit(tmp_path, cli, monkeypatch, ledger):
         deadline = time.monotonic() + 15  # until the dashboard port no longer answers
         while time.monotonic() < deadline:
             try:
-                urllib.request.urlopen(s["dashboard_url"] + "/api/version", timeout=1).close()
+                urllib.request.urlopen(urllib.request.Request(  # with the token: a 401 is no dead head
+                    s["dashboard_url"] + "/api/version", headers=ray_auth.headers(s["dashboard_url"])), timeout=1).close()
                 time.sleep(0.2)
             except OSError:
                 return s

@@ -140,8 +140,8 @@ def test_secret_env_and_env_cannot_name_the_same_variable(cli, clean_env):
 
 # -- the canary run ------------------------------------------------------------------------------------
 
-def _scan(blobs: dict[str, str]) -> list[tuple[str, str]]:
-    return [(where, c) for where, text in blobs.items() for c in CANARIES if c in text]
+def _scan(blobs: dict[str, str], canaries: list[str] = CANARIES) -> list[tuple[str, str]]:
+    return [(where, c[:6] + "...") for where, text in blobs.items() for c in canaries if c in text]
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -160,7 +160,9 @@ def _files(root: Path) -> dict[str, str]:
 def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects, namespace, shared_volume, cli,
                                    monkeypatch, tmp_path, ledger):
     """Canary credentials in the process environment and in attempted flags, across render, up (kuberay on
-    the real apiserver), submit (real Ray), runs, status, logs. Then every artifact is scanned."""
+    the real apiserver), submit (real Ray), runs, status, logs. Then every artifact is scanned -- for the
+    canaries and for the Ray tokens of both clusters (the local one's file, the Secret KubeRay made for the
+    RayCluster), which miles-ray sends on every call but must never write or print."""
     from kubernetes import client
 
     from miles_ray.adapters import ray_jobs
@@ -210,6 +212,13 @@ def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects,
     run("up", "up", "--via", "kuberay", "--nodes", "2", "--image", IMAGE, "--ray-version", "2.60.0", "--no-ray-check",
         "--timeout", "120", "--namespace", namespace, "--name", "canary")
     run("status-k8s", "status", "--backend", "kubernetes", "--namespace", namespace, "--name", "canary", "-o", "json")
+    import base64
+
+    from tests.infra.fixtures import poll
+
+    secret = poll("the Ray token Secret KubeRay makes for RayCluster canary", lambda: next(
+        (x for x in core_v1.list_namespaced_secret(namespace).items if x.metadata.name == "canary"), None), 60)
+    ray_tokens = [base64.b64decode(secret.data["auth_token"]).decode(), local_ray.token_path.read_text().strip()]
     run("submit", "submit", "--run", "canary-run", "--nodes", "2", "--rehearse", "--address", local_ray.address,
         "--timeout", "60", "--no-follow", "-o", "json")
     job = ray_jobs.wait(local_ray.address, json.loads(captured["submit.stdout"])["submission_id"], timeout=120)
@@ -230,7 +239,9 @@ def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects,
     blobs["job"] = json.dumps({k: v for k, v in job.items()}, default=str)
     blobs["job-logs"] = ray_jobs.logs(local_ray.address, job["job_id"])
     blobs["jobs-api"] = json.dumps([_info for _info in _all_jobs(local_ray.address)], default=str)
-    leaks = _scan(blobs)
+    blobs.update(_files(local_ray.state_dir / "logs"))  # the local cluster's failure logs (if any)
+    blobs["local-state"] = json.dumps(local_ray_state(local_ray))
+    leaks = _scan(blobs, CANARIES + ray_tokens)
     event.update(artifacts=len(blobs), leaks=len(leaks))
     assert not leaks, leaks
     # and the reference is there: the pods get the credential from the Secret at start
@@ -240,11 +251,19 @@ def test_canary_secrets_never_leak(fake_k8s, local_ray, core_v1, custom_objects,
     _ = (os, time)
 
 
+def local_ray_state(local_ray) -> dict:
+    from miles_ray.adapters import local_ray as lr
+
+    return lr.read_state(local_ray.state_dir, local_ray.name)
+
+
 def _all_jobs(address: str) -> list[dict]:
     from ray.job_submission import JobSubmissionClient
 
     out = []
-    for j in JobSubmissionClient(address).list_jobs():
+    from miles_ray.adapters import ray_auth
+
+    for j in JobSubmissionClient(address, headers=ray_auth.headers(address)).list_jobs():
         out.append({"id": j.submission_id, "entrypoint": j.entrypoint, "metadata": j.metadata,
                     "runtime_env": j.runtime_env, "message": j.message})
     return out

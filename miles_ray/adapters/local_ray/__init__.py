@@ -38,7 +38,7 @@ from miles_ray.adapters.local_ray.nodes import (
 )
 from miles_ray.adapters.local_ray.ports import PREFERRED_DASHBOARD_PORT
 from miles_ray.adapters.local_ray.processes import STOP_GRACE_SECONDS, pss_bytes, session_members, stop_sessions
-from miles_ray.adapters.local_ray.state import failure_log_path, read_state, state_path
+from miles_ray.adapters.local_ray.state import failure_log_path, read_state, state_path, token_path
 
 __all__ = [
     "HEAD_CPUS",
@@ -66,5 +66,6 @@ __all__ = [
     "state_path",
     "status",
     "stop_sessions",
+    "token_path",
     "up",
 ]

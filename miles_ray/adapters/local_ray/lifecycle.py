@@ -63,6 +63,7 @@ def _cleanup(state_dir: Path, name: str, state: dict, grace: float = processes.S
             hint=f"run `miles-ray down --backend local --name {name}` again",
         )
     store.remove_temp_dir(state.get("temp_dir"))
+    store.remove_token(state_dir, name)
     store.remove_state(state_dir, name)
     return result
 
@@ -81,8 +82,13 @@ def up(
     progress: Progress = None,
     timeout: float = 300,
     head_cpus: int = HEAD_CPUS,
+    auth: str = "token",
 ) -> dict:
     """Start head + ``nodes`` GPU worker raylets; return the cluster's status dict.
+
+    ``auth``: ``token`` (default) gives the cluster a fresh random token, kept 0600 beside its state
+    (:func:`~miles_ray.adapters.local_ray.state.token_path`); every node runs with ``RAY_AUTH_MODE=token``, so
+    a request without it is refused (401/403). ``none`` starts it with ``RAY_AUTH_MODE=disabled``.
 
     Each node gets up to :data:`~miles_ray.adapters.local_ray.nodes.START_ATTEMPTS` attempts within
     ``timeout`` (seconds, for the whole cluster). An already-live cluster of that name is returned
@@ -93,6 +99,8 @@ def up(
     cpus = gpus_per_node if cpus_per_node is None else cpus_per_node
     if nodes < 0 or gpus_per_node < 0:
         raise ConfigError("nodes and GPUs per node must be >= 0")
+    if auth not in ("token", "none"):
+        raise ConfigError(f"unknown Ray auth mode {auth!r}", hint="use token or none")
     if cpus < gpus_per_node or cpus < 1:
         raise ConfigError(
             f"each local node needs at least as many CPUs as GPUs (got {cpus} CPUs, {gpus_per_node} GPUs)",
@@ -117,11 +125,12 @@ def up(
                 return out
             say(progress, f"removing leftovers of a stopped or half-started local cluster {name!r}")
             _cleanup(state_dir, name, old)
-        return _up_locked(state_dir, name, nodes, gpus_per_node, cpus, progress, timeout, head_cpus)
+        return _up_locked(state_dir, name, nodes, gpus_per_node, cpus, progress, timeout, head_cpus, auth)
 
 
 def _up_locked(
-    state_dir: Path, name: str, n_workers: int, gpus: int, cpus: int, progress: Progress, timeout: float, head_cpus: int
+    state_dir: Path, name: str, n_workers: int, gpus: int, cpus: int, progress: Progress, timeout: float, head_cpus: int,
+    auth: str,
 ) -> dict:
     t0 = time.monotonic()
     deadline = t0 + timeout
@@ -138,6 +147,8 @@ def _up_locked(
         "cpus_per_node": cpus,
         "head_cpus": head_cpus,
         "object_store_memory": OBJECT_STORE_BYTES,
+        "auth": auth,
+        "token_path": str(store.token_path(state_dir, name)) if auth == "token" else None,
         "ray_version": ray_nodes.ray_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "created_unix": time.time(),
@@ -146,6 +157,9 @@ def _up_locked(
         "starting": [],
     }
     try:
+        store.remove_token(state_dir, name)
+        if auth == "token":
+            store.new_token(state_dir, name)  # before the state names it, so a state never points at no file
         ray_nodes.start_head(state, state_dir, name, deadline, progress)
         say(progress, f"head node ready after {time.monotonic() - t0:.1f}s")
         for index in range(1, n_workers + 1):
@@ -166,6 +180,7 @@ def _up_locked(
         say(progress, "start failed; stopping what was started")
         result = _stop_everything(state, grace=5)
         store.remove_temp_dir(state.get("temp_dir"))
+        store.remove_token(state_dir, name)
         store.remove_state(state_dir, name)
         if result["left"]:
             say(progress, f"warning: processes {result['left']} did not go away after SIGKILL")
@@ -243,6 +258,7 @@ def status_from_state(state: dict, rows: list[dict] | None = None) -> dict:
         "gcs_address": state["gcs_address"],
         "temp_dir": state["temp_dir"],
         "ray_version": state.get("ray_version"),
+        "auth": state.get("auth", "none"),
         "created": state.get("created"),
         "gpus_per_node": state.get("gpus_per_node"),
         "cpus_per_node": state.get("cpus_per_node"),

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from miles_ray.adapters import ray_auth
 from miles_ray.adapters.local_ray import ports, processes
 from miles_ray.adapters.local_ray import state as store
 from miles_ray.core.errors import ClusterError, TimedOut
@@ -64,7 +65,6 @@ POLL_SECONDS = 0.5
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_memory_monitor_refresh_ms": "0",  # every fake node would watch the same host's memory
-    "RAY_AUTH_MODE": "disabled",  # explicit: never whatever token happens to be in ~/.ray
     # Start-up waits raised for a busy machine (Ray 2.60 defaults in brackets):
     "RAY_gcs_server_port_wait_time_s": "120",  # ray start: ~1 s attempts to reach the GCS [20]
     "RAY_NUM_REDIS_GET_RETRIES": "120",  # ray start (worker): reads of the session name from the GCS [20]
@@ -106,12 +106,20 @@ def ray_version() -> str:
         return "unknown"
 
 
-def child_env() -> dict[str, str]:
-    """The environment of every ``ray start``: ours minus any Ray address/token, plus :data:`RAY_ENV`."""
+def child_env(state: dict) -> dict[str, str]:
+    """The environment of every ``ray start``: ours minus any Ray address/token, plus :data:`RAY_ENV` and the
+    cluster's auth: ``RAY_AUTH_MODE=token`` with ``RAY_AUTH_TOKEN_PATH`` its token file (inherited by every Ray
+    process and job driver of the node), else ``RAY_AUTH_MODE=disabled`` (explicit: never whatever token
+    happens to be in ~/.ray)."""
     env = dict(os.environ)
-    for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+    for key in ("RAY_ADDRESS", ray_auth.TOKEN_ENV, ray_auth.TOKEN_PATH_ENV):
         env.pop(key, None)
     env.update(RAY_ENV)
+    if state.get("auth") == "token":
+        env[ray_auth.MODE_ENV] = "token"
+        env[ray_auth.TOKEN_PATH_ENV] = str(state["token_path"])
+    else:
+        env[ray_auth.MODE_ENV] = "disabled"
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     return env
 
@@ -126,7 +134,8 @@ NOT_READY_ERRORS = (urllib.error.URLError, OSError, ValueError, http.client.HTTP
 def fetch_nodes(dashboard_url: str, timeout: float = 5.0) -> list[dict]:
     """All nodes (ALIVE and DEAD) from the state API ``GET /api/v0/nodes``."""
     url = dashboard_url.rstrip("/") + "/api/v0/nodes?limit=10000"
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (local http)
+    request = urllib.request.Request(url, headers=ray_auth.headers(dashboard_url))
+    with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 (local http)
         payload = json.load(resp)
     data = payload.get("data", {}).get("result", {})
     rows = data.get("result", data) if isinstance(data, dict) else data
@@ -136,7 +145,8 @@ def fetch_nodes(dashboard_url: str, timeout: float = 5.0) -> list[dict]:
 def jobs_api_answers(dashboard_url: str, timeout: float = 5.0) -> bool:
     """The Jobs API (``GET /api/jobs/``) answers 200: the dashboard's job module is loaded."""
     try:
-        with urllib.request.urlopen(dashboard_url.rstrip("/") + "/api/jobs/", timeout=timeout) as resp:  # noqa: S310
+        request = urllib.request.Request(dashboard_url.rstrip("/") + "/api/jobs/", headers=ray_auth.headers(dashboard_url))
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310
             return resp.status == 200
     except NOT_READY_ERRORS:
         return False
@@ -275,6 +285,7 @@ def start_head(state: dict, state_dir: Path, name: str, deadline: float, progres
         client = ports.pick_port(taken)
         url = f"http://127.0.0.1:{dash}"
         state.update(dashboard_url=url, gcs_address=f"{HEAD_IP}:{gcs}", head=None)
+        store.remember_token(state)
         node_name = new_node_name(name, "head")
         say(progress, f"starting head node {HEAD_IP} (GCS {state['gcs_address']}, dashboard {url})" + _nth(n))
 
@@ -288,7 +299,7 @@ def start_head(state: dict, state_dir: Path, name: str, deadline: float, progres
 
         _, row = attempt_node(
             head_args(state, node_name, gcs, dash, client), Path(state["temp_dir"]) / "logs" / "head.log", ready, url,
-            budget, on_spawn, lambda rec, off, why: keep_failure_log(state_dir, name, "head", rec, off, n, why),
+            budget, child_env(state), on_spawn, lambda rec, off, why: keep_failure_log(state_dir, name, "head", rec, off, n, why),
         )
         state["head"].update(ip=HEAD_IP, node_id=row.get("node_id"), node_name=node_name, gpus=0, cpus=cpus)
         store.write_state(state_dir, name, state)
@@ -338,7 +349,7 @@ def start_worker(
 
         record, row = attempt_node(
             worker_args(state, index, node_name), Path(state["temp_dir"]) / "logs" / f"{stem}.log", ready,
-            state["dashboard_url"], budget, on_spawn, failed,
+            state["dashboard_url"], budget, child_env(state), on_spawn, failed,
         )
         drop_starting(record)
         worker = {**processes.public(record), "index": index, "ip": ip, "node_id": row.get("node_id"),
@@ -423,6 +434,7 @@ def attempt_node(
     ready: Callable[[list[dict]], Any],
     dashboard_url: str,
     budget: float,
+    env: dict[str, str],
     on_spawn: Callable[[dict], None],
     failed: Callable[[dict, int, str], None],
 ) -> tuple[dict, Any]:
@@ -432,7 +444,7 @@ def attempt_node(
     ``failed(record, log_offset, reason)`` runs once it is stopped.
     """
     offset = _log_size(log_path)
-    record = processes.spawn_ray_start(args, log_path, child_env())
+    record = processes.spawn_ray_start(args, log_path, env)
     try:
         on_spawn(record)
         got = poll_nodes(ready, dashboard_url, budget, watched=record)

@@ -2,7 +2,8 @@
 
 ``<state dir>/<name>.json`` records what ``up``/``scale`` started (session leaders' PIDs and start
 times, ports, the temp dir) -- written before anything else can go wrong, so ``down`` always finds
-what to stop. Ray's own files live in a short ``/tmp/mr-<digest>`` temp dir (Unix socket paths
+what to stop. ``<state dir>/<name>.token`` (0600) holds the cluster's Ray token while the cluster exists;
+the state records its path and the auth mode, never the token. Ray's own files live in a short ``/tmp/mr-<digest>`` temp dir (Unix socket paths
 must stay under 108 bytes). When a node never starts, its ``ray start`` output is kept as
 ``<state dir>/logs/<name>-<node>.log`` (the path the error names); nothing else survives a failed
 ``up``.
@@ -18,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from miles_ray.adapters import ray_auth
 from miles_ray.adapters import state as state_store
 from miles_ray.core.errors import ConfigError
 
@@ -57,9 +59,34 @@ def locked(state_dir: Path, name: str) -> Iterator[None]:
         yield
 
 
+def token_path(state_dir: Path, name: str) -> Path:
+    """The Ray token file of local cluster ``name`` (0600; exists while a token-auth cluster does)."""
+    return Path(state_dir) / f"{name}.token"
+
+
+def new_token(state_dir: Path, name: str) -> Path:
+    """A fresh token for a cluster about to start, written 0600; returns its path."""
+    return ray_auth.write_token_file(token_path(state_dir, name), ray_auth.new_token())
+
+
+def remove_token(state_dir: Path, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        token_path(state_dir, name).unlink()
+
+
+def remember_token(state: dict) -> None:
+    """Make the cluster's token go with this process's requests to its dashboard (a no-op without auth)."""
+    if state.get("auth") == "token" and state.get("dashboard_url") and state.get("token_path"):
+        ray_auth.remember(state["dashboard_url"], ray_auth.read_token_file(state["token_path"]))
+
+
 def read_state(state_dir: Path, name: str) -> dict | None:
-    """The recorded state of local cluster ``name``, or None when there is none."""
-    return state_store.read_json(state_path(state_dir, name))
+    """The recorded state of local cluster ``name``, or None when there is none (its token, if any, is then
+    sent with this process's requests to its dashboard)."""
+    state = state_store.read_json(state_path(state_dir, name))
+    if state is not None:
+        remember_token(state)
+    return state
 
 
 def write_state(state_dir: Path, name: str, data: dict) -> None:
