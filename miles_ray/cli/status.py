@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, config_flags, emit, job_state_exit, out, pick_run)
+                                  Output, OutputOpt, config_flags, emit, job_state_exit, notices, out, pick_run)
 from miles_ray.cli.up import kube_status_table, nodes_table
 from miles_ray.core.config import load_config
 from miles_ray.services import clusters
@@ -41,4 +41,5 @@ def status_cmd(
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
     chosen = clusters.pick_backend(backend.value, cfg)
     status = clusters.status(cfg, chosen, **({} if chosen == "local" else {"with_ray": ray}))
+    notices(status)
     emit(status, output, lambda: nodes_table(status) if chosen == "local" else kube_status_table(status))
