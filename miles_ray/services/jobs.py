@@ -253,7 +253,7 @@ def run_status(run: str, *, kube_context: str | None = None, kubeconfig: str | N
         client, owner, project, uuid = px
         info = client.get_run(owner, project, uuid, with_conditions=True)
         last = (info.get("conditions") or [{}])[-1]
-        return {"run": run, "submission_id": rec["submission_id"], "address": rec["address"],
+        return {"run": run, "submission_id": f"polyaxon:{uuid}", "address": rec["address"],
                 "status": _polyaxon_state(info), "polyaxon_status": info.get("status"), "polyaxon_uuid": uuid,
                 "message": " ".join((last.get("message") or "").split()) or None,
                 "output_dir": rec["output_dir"], "recipe": rec["recipe"], "mode": rec["mode"]}
