@@ -41,8 +41,10 @@ def logs_cmd(
     kubeconfig: KubeconfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Print a run's job logs (from the Ray Jobs API; for a --mode launcher run on Kubernetes, its Polyaxon
-    job's logs through Polyaxon's API, no kubeconfig needed).
+    """Print a run's job logs (from the Ray Jobs API).
+
+    A --mode launcher run on Kubernetes is a Polyaxon job: its logs are read through Polyaxon's API (no
+    kubeconfig needed).
 
     With --follow, stream until the job ends and exit with its state: 0 succeeded, 3 failed, 6 stopped.
     If the head goes away while following, say so and exit 1. -o json/yaml prints one document (run,
