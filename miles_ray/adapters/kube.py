@@ -30,6 +30,16 @@ CONFLICT_RETRIES = 6
 
 # -- client and errors --------------------------------------------------------------------------
 
+def missing_kubeconfig(kubeconfig: str | None = None) -> str | None:
+    """The kubeconfig path :func:`load_client` would read when that file does not exist and no in-cluster
+    config stands in (a Polyaxon user without kubectl access); None when Kubernetes can be configured."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path is None and not Path("~/.kube/config").expanduser().exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    path = str(Path(path or "~/.kube/config").expanduser())
+    return None if Path(path).is_file() else path
+
+
 def load_client(kubeconfig: str | None = None, context: str | None = None):
     """An ApiClient for the kubeconfig/context (kubectl's rules), or in-cluster config inside a pod."""
     from kubernetes import client, config

@@ -84,6 +84,12 @@ def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/] {message}")
 
 
+def notices(result: dict) -> None:
+    """Each of a result's ``notices`` on one stderr line (what was skipped and why)."""
+    for n in result.get("notices") or []:
+        err.print(f"[cyan]notice:[/] {n}", soft_wrap=True)
+
+
 class Backend(str, Enum):
     auto = "auto"
     local = "local"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, YesOpt, config_flags, confirm, emit, err, progress_display, warn)
+                                  Output, OutputOpt, YesOpt, config_flags, confirm, emit, err, notices, progress_display,
+                                  warn)
 from miles_ray.core.config import load_config
 from miles_ray.services import clusters
 
@@ -32,6 +33,7 @@ def down_cmd(
                 refusal=f"refusing to delete cluster {cfg.name!r} without confirmation")
     with progress_display(f"deleting cluster {cfg.name} ({chosen}); storage and checkpoints are kept"):
         result = clusters.down(cfg, chosen)
+    notices(result)
     emit(result, output, lambda: err.print(f"cluster {cfg.name!r} is down ({chosen}); storage and checkpoints kept"))
     saved = result.get("saved_runs") or {}
     if output is Output.table and saved.get("saved"):

@@ -52,6 +52,8 @@ def logs_cmd(
 
     Once the run's cluster is gone (after 'down'), the copy saved when the run ended or when its cluster went
     down is printed instead, saying so on stderr.
+    A --mode launcher run on Kubernetes is a Polyaxon job: its logs are read through Polyaxon's API (no
+    kubeconfig needed).
 
     With --follow, stream until the job ends and exit with its state: 0 succeeded, 3 failed, 6 stopped.
     If the head goes away while following, say so and exit 1. -o json/yaml prints one document (run,

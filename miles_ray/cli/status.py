@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, config_flags, emit, job_state_exit, out, pick_run)
+                                  Output, OutputOpt, config_flags, emit, job_state_exit, notices, out, pick_run)
 from miles_ray.cli.up import kube_status_table, nodes_table
 from miles_ray.core.config import load_config
 from miles_ray.core.errors import ClusterError
@@ -53,6 +53,7 @@ def status_cmd(
                                                "'miles-ray resume' brings it back"))
         return
     status = clusters.status(cfg, chosen, **({} if chosen == "local" else {"with_ray": ray}))
+    notices(status)
     if chosen == "local" or ray:
         try:
             status["idle"] = lifecycle.cluster_idle(cfg, chosen, status if chosen == "local" else None)

@@ -12,7 +12,7 @@ from miles_ray.adapters import state
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
                                   RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, config_flags,
-                                  checks_failed, dump, emit, err, job_state_exit, out, progress_display)
+                                  checks_failed, dump, emit, err, job_state_exit, notices, out, progress_display)
 from miles_ray.cli.logs import read_logs
 from miles_ray.core.config import load_config
 from miles_ray.services import jobs
@@ -36,7 +36,7 @@ def submit_cmd(
     layout: LayoutOpt = None,
     rollout_nodes: RolloutNodesOpt = None,
     rollout_gpus: RolloutGpusOpt = None,
-    mode: Annotated[Mode, typer.Option("--mode", help="direct: submit train.py as the Ray job; launcher: run the upstream launcher here against the head")] = Mode.direct,
+    mode: Annotated[Mode, typer.Option("--mode", help="direct: submit train.py as the Ray job; launcher: run the upstream launcher against the head (here, or on Kubernetes as a Polyaxon job in the cluster)")] = Mode.direct,
     dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: print the job (entrypoint, runtime env, submission id, run record, output dir) and contact nothing; server: also check the head's live topology against the plan. Nothing is recorded or submitted", show_default=False)] = None,
     hold: Annotated[float, typer.Option("--hold", min=0, max=86400, help="with --rehearse: keep the placed actors this many seconds after the checks (see the layout with 'ray status'); the run FAILS if one of them dies meanwhile (a node lost)")] = 0,
     rehearse: Annotated[bool, typer.Option("--rehearse", help="submit the rehearsal driver instead of Miles: proves the placement on (fake) GPUs")] = False,
@@ -116,6 +116,7 @@ def submit_cmd(
         return
     if result.get("miles_notice"):
         err.print(f"[yellow]note:[/] {result['miles_notice']}")
+    notices(result)
 
     def summary() -> None:
         out.print(f"run {result['run']}: job {result['submission_id']} "

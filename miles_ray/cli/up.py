@@ -12,7 +12,8 @@ from rich.table import Table
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
                                   QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt,
-                                  RolloutNodesOpt, SchedulerOpt, TimeoutOpt, config_flags, emit, err, out, progress_display, warn)
+                                  RolloutNodesOpt, SchedulerOpt, TimeoutOpt, config_flags, emit, err, notices, out,
+                                  progress_display, warn)
 from miles_ray.core.errors import ConfigError
 from miles_ray.cli.render import build_single_node_document
 from miles_ray.core.builders import NO_AUTH_WARNING
@@ -44,6 +45,10 @@ def nodes_table(status: dict) -> None:
 
 
 def kube_summary(result: dict) -> None:
+    if result.get("dry_run") and result.get("kubernetes") is False:
+        out.print(f"dry run ({result['dry_run']}): operation validated and Polyaxon project checked for "
+                  f"{result['name']}; Kubernetes preflight skipped (no kubeconfig); nothing created")
+        return
     if result.get("dry_run"):
         out.print(f"dry run ({result['dry_run']}): preflight passed for {result['name']} in {result['namespace']} "
                   f"(KubeRay CRD {', '.join(result['preflight'].get('crd_versions', []))}; "
@@ -56,7 +61,20 @@ def kube_summary(result: dict) -> None:
         kube_status_table(result["status"])
 
 
+def polyaxon_status_table(st: dict) -> None:
+    """A Polyaxon-made cluster seen through Polyaxon only (no kubeconfig): the run and its conditions."""
+    t = Table("condition", "status", "reason", "message", title=f"Polyaxon run {st['polyaxon_uuid']} "
+              f"({st['polyaxon_project']}), RayCluster {st['namespace']}/{st['raycluster']}", title_justify="left")
+    for c in st.get("polyaxon_conditions") or []:
+        t.add_row(c.get("type") or "", c.get("status") or "", c.get("reason") or "", (c.get("message") or "")[:100])
+    out.print(t)
+    out.print(f"cluster {st['name']}: Polyaxon run {st['polyaxon_status']}")
+
+
 def kube_status_table(st: dict) -> None:
+    if st.get("kubernetes") is False:
+        polyaxon_status_table(st)
+        return
     t = Table("pod", "role", "phase", "node", "reason", title=f"RayCluster {st['namespace']}/{st['raycluster']}",
               title_justify="left")
     for p in st["pods"]:
@@ -155,6 +173,7 @@ def up_cmd(
         err.print(f"cluster {cfg.name!r} is already running; nothing changed (use 'miles-ray scale' to resize)")
     for w in status.get("warnings", []):
         warn(w)
+    notices(status)
     if chosen == "local":
         emit(status, output, lambda: nodes_table(status))
     else:

@@ -36,7 +36,9 @@ class RunRecord(BaseModel):
     entrypoint: str
     kube_context: str | None = None  # how a k8s:// address was reached when the run was submitted
     kubeconfig: str | None = None
-    polyaxon_run_uuid: str | None = None
+    polyaxon_run_uuid: str | None = None  # --mode launcher on Kubernetes: the Polyaxon job running the launcher
+    polyaxon_owner: str | None = None
+    polyaxon_project: str | None = None
 
     def split_key(self) -> dict[str, Any]:
         return split_key(self.split)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
+import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator
 
-from miles_ray.adapters import polyaxon_api, polyaxon_spec, ray_auth, ray_jobs, state
+from miles_ray.adapters import kube, polyaxon_api, polyaxon_spec, ray_auth, ray_jobs, state
 from miles_ray.adapters.ray_head import local_token_path, open_head
 from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
@@ -90,6 +91,14 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
                          resume=_find_resume(resume_from) if resume_from else None, environ=os.environ)
     if dry_run == "client":
         return dry_run_view(job, "client")
+    missing = kube.missing_kubeconfig(None) if job.kind == "launcher-polyaxon" and not cfg.kubeconfig else None
+    if missing and dry_run is None:
+        # a Polyaxon user without kubectl: the launcher job is created through Polyaxon's API alone
+        result = launcher_as_polyaxon_job(cfg, job.record, job.operation or {})
+        result["notices"] = [f"no kubeconfig ({missing} does not exist): the checks of the head before the launcher "
+                             "job (live topology against the plan, data preflight, Ray version) are skipped; the "
+                             "launcher itself fails if the head does not fit"]
+        return result
     try:
         if dry_run == "server":
             with open_head(job.address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
@@ -196,6 +205,7 @@ def launcher_as_polyaxon_job(cfg: MilesRayConfig, record: dict[str, Any], operat
     connection, inside the cluster, against the head service (never nested in a Ray job, never next to us).
     ``operation`` is the prepared job (:func:`miles_ray.core.entrypoint.launcher_job_operation`)."""
     polyaxon_spec.validate_operation(operation)
+    record = {**record, "polyaxon_owner": cfg.polyaxon_owner, "polyaxon_project": cfg.polyaxon_project}
     state.create_record(record)
     try:
         uuid = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host).create_operation(
@@ -213,6 +223,28 @@ def launcher_as_polyaxon_job(cfg: MilesRayConfig, record: dict[str, Any], operat
 
 # -- the job of a recorded run ----------------------------------------------------------------------
 
+# Polyaxon run statuses as Ray job states (what status/logs/stop report for a launcher job)
+_PX_STATES = {"succeeded": "SUCCEEDED", "done": "SUCCEEDED", "failed": "FAILED", "upstream_failed": "FAILED",
+              "stopped": "STOPPED", "skipped": "STOPPED", "running": "RUNNING"}
+LOGS_POLL = 2.0
+
+
+def _polyaxon_job(rec: dict[str, Any]):
+    """(client, owner, project, uuid) of a run whose job is a Polyaxon job (``--mode launcher`` on Kubernetes);
+    None for a Ray job. Polyaxon's host: ``POLYAXON_HOST`` (as when it was submitted)."""
+    uuid = rec.get("polyaxon_run_uuid")
+    if not uuid or rec.get("mode") != "launcher":
+        return None
+    if not rec.get("polyaxon_project"):
+        raise ConfigError(f"run {rec['run']!r}: its record does not say which Polyaxon project holds job {uuid}",
+                          hint="read it with 'polyaxon ops logs --uid " + uuid + "'")
+    return polyaxon_api.PolyaxonApi(), rec.get("polyaxon_owner") or "default", rec["polyaxon_project"], uuid
+
+
+def _polyaxon_state(run: dict[str, Any]) -> str:
+    return _PX_STATES.get(run.get("status") or "", "PENDING")
+
+
 def _open_run_head(rec: dict[str, Any], kube_context: str | None, kubeconfig: str | None):
     """The head of a recorded run (``kube_context``/``kubeconfig`` override what the record kept)."""
     return open_head(rec["address"], kube_context=kube_context or rec.get("kube_context"),
@@ -221,6 +253,15 @@ def _open_run_head(rec: dict[str, Any], kube_context: str | None, kubeconfig: st
 
 def live_status(record: dict[str, Any], kube_context: str | None = None, kubeconfig: str | None = None) -> str:
     """The run's job state, ``UNREACHABLE`` when its head does not answer, ``UNKNOWN`` when it has no such job."""
+    try:
+        px = _polyaxon_job(record)
+        if px is not None:
+            client, owner, project, uuid = px
+            return _polyaxon_state(client.get_run(owner, project, uuid, with_conditions=False))
+    except NotFound:
+        return "UNKNOWN"
+    except (ClusterError, ConfigError):
+        return "UNREACHABLE"
     try:
         with _open_run_head(record, kube_context, kubeconfig) as url:
             job = job_or_none(url, record["submission_id"])
@@ -233,6 +274,15 @@ def run_status(run: str, *, kube_context: str | None = None, kubeconfig: str | N
     """The run's job info from its head; once the head (or its job) is gone, from the saved copy (``saved_copy``
     then says where and when it was saved). A job seen ended is saved."""
     rec = state.load_record(run)
+    px = _polyaxon_job(rec)
+    if px is not None:  # the launcher runs as a Polyaxon job: Polyaxon says how it is doing
+        client, owner, project, uuid = px
+        info = client.get_run(owner, project, uuid, with_conditions=True)
+        last = (info.get("conditions") or [{}])[-1]
+        return {"run": run, "submission_id": f"polyaxon:{uuid}", "address": rec["address"],
+                "status": _polyaxon_state(info), "polyaxon_status": info.get("status"), "polyaxon_uuid": uuid,
+                "message": " ".join((last.get("message") or "").split()) or None,
+                "output_dir": rec["output_dir"], "recipe": rec["recipe"], "mode": rec["mode"]}
     try:
         with _open_run_head(rec, kube_context, kubeconfig) as url:
             info = ray_jobs.status(url, rec["submission_id"])
@@ -251,6 +301,10 @@ def run_logs(run: str, follow: bool, *, kube_context: str | None = None, kubecon
     """The job's driver logs from its head (followed until the job ends: then they are saved); once the head (or
     its job) is gone, the saved copy, after calling ``on_saved_copy`` with where and when it was saved."""
     rec = state.load_record(run)
+    px = _polyaxon_job(rec)
+    if px is not None:
+        yield from _polyaxon_logs(*px, follow)
+        return
     yielded = False
     try:
         with _open_run_head(rec, kube_context, kubeconfig) as url:
@@ -272,11 +326,33 @@ def run_logs(run: str, follow: bool, *, kube_context: str | None = None, kubecon
         yield saved[0]
 
 
+def _polyaxon_logs(client, owner: str, project: str, uuid: str, follow: bool) -> Iterator[str]:
+    """A Polyaxon job's logs through Polyaxon; following, new lines until the run has ended (then one last
+    read, so nothing archived at the end is missed)."""
+    seen = 0
+    while True:
+        ended = follow and client.get_run(owner, project, uuid, with_conditions=False).get("status") in \
+            polyaxon_api.FINAL_STATUSES
+        lines = [str(x.get("value", "")) for x in client.get_logs(owner, project, uuid)]
+        if len(lines) > seen:
+            yield "".join(line + "\n" for line in lines[seen:])
+            seen = len(lines)
+        if not follow or ended:
+            return
+        time.sleep(LOGS_POLL)
+
+
 def run_stop(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None,
              wait_timeout: float | None = 60) -> dict[str, Any]:
     """Ask Ray to stop the run's job, then (unless ``wait_timeout`` is None) wait until it has ended, like
     ``ray job stop``: a stop returns once the job no longer holds its GPUs. ``TimedOut`` names its state."""
     rec = state.load_record(run)
+    px = _polyaxon_job(rec)
+    if px is not None:
+        client, owner, project, uuid = px
+        client.stop_run(owner, project, uuid)
+        return {"run": run, "submission_id": rec["submission_id"], "stopped": True,
+                "status": _polyaxon_state(client.get_run(owner, project, uuid, with_conditions=False))}
     with _open_run_head(rec, kube_context, kubeconfig) as url:
         stopped = ray_jobs.stop(url, rec["submission_id"])
         status = None

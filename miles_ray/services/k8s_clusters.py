@@ -45,6 +45,22 @@ def _client(cfg: MilesRayConfig):
     return kube.load_client(cfg.kubeconfig, cfg.kube_context)
 
 
+def without_kubectl(cfg: MilesRayConfig, rec: dict[str, Any] | None = None) -> str | None:
+    """For a cluster made through Polyaxon (or about to be, ``rec`` None): the kubeconfig path that does not
+    exist when there is no Kubernetes access at all (a Polyaxon user without kubectl), else None. An
+    explicit --kubeconfig/config ``kubeconfig`` that does not exist stays an error (``_client`` says so)."""
+    if cfg.kubeconfig or (rec is not None and not rec.get("polyaxon_uuid")):
+        return None
+    return kube.missing_kubeconfig(None)
+
+
+def _polyaxon(cfg: MilesRayConfig, rec: dict[str, Any] | None = None):
+    """(client, owner, project) of the cluster's Polyaxon run (as 'up' recorded it) or of the config."""
+    rec = rec or {}
+    return (polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host), rec.get("polyaxon_owner") or cfg.polyaxon_owner,
+            rec.get("polyaxon_project") or cfg.polyaxon_project)
+
+
 # -- preflight ------------------------------------------------------------------------------------
 
 def check_fields_known(rendered: dict, schema: dict | None) -> None:
@@ -136,6 +152,15 @@ def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_r
     if objects.operation is not None:
         polyaxon_spec.validate_operation(objects.operation)
     rc = objects.raycluster
+    if via == "polyaxon":
+        missing = without_kubectl(cfg)
+        if missing:
+            notice = (f"no kubeconfig ({missing} does not exist): the Kubernetes preflight (namespace, KubeRay CRD, "
+                      f"{cfg.nodes} free GPU node(s) x {cfg.gpus_per_node}) is skipped; Polyaxon's agent schedules "
+                      "the operation")
+            result = {"name": cfg.name, "namespace": cfg.namespace, "via": via, "warnings": objects.warnings,
+                      "preflight": {"skipped": "no kubeconfig"}, "notices": [notice], "kubernetes": False}
+            return _up_polyaxon(cfg, None, objects, result, progress, timeout, dry_run, wait, ray_check)
     api = _client(cfg)
     rays = kube.RayClusters(api)
     existing = rays.get(cfg.namespace, cfg.name) if via == "kuberay" else None
@@ -249,7 +274,7 @@ def up_single_node(cfg: MilesRayConfig, op: dict, warnings: list[str], dry_run: 
 def _up_polyaxon(cfg: MilesRayConfig, api, objects: ClusterObjects, result: dict[str, Any], progress: Progress,
                  timeout: float, dry_run: str | None, wait: bool, ray_check: bool) -> dict[str, Any]:
     op, plan = objects.operation or {}, objects.plan
-    client, known = polyaxon_preflight(cfg, op)
+    client, known = polyaxon_preflight(cfg, op, progress)
     if dry_run:
         result.update({"dry_run": dry_run, "created": False, "operation": op})
         return result
@@ -263,7 +288,14 @@ def _up_polyaxon(cfg: MilesRayConfig, api, objects: ClusterObjects, result: dict
                        "polyaxon_owner": cfg.polyaxon_owner})
     result.update({"created": True, "polyaxon_uuid": uuid, "raycluster": raycluster})
     _say(progress, f"created Polyaxon operation {uuid} in {cfg.polyaxon_owner}/{cfg.polyaxon_project}")
-    if wait:
+    if wait and api is None:
+        # no Kubernetes access: Polyaxon's own view is all there is (its run turns running once the agent
+        # has created the cluster and the operator reports it); Ray itself cannot be asked from here
+        _say(progress, f"waiting up to {timeout:.0f}s for Polyaxon run {uuid} to run (no kubeconfig: pods and "
+                       "Ray are not checked)")
+        client.wait_for_status(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, {"running"}, timeout)
+        result["status"] = polyaxon_status(cfg, cluster_record(cfg))
+    elif wait:
         result["status"] = wait_ready(cfg, api, raycluster, cfg.nodes, progress, timeout, ray_check)
     return result
 
@@ -338,9 +370,24 @@ def wait_ray_joined(cfg: MilesRayConfig, name: str, want: int, progress: Progres
 
 # -- status, scale, down --------------------------------------------------------------------------
 
+def polyaxon_status(cfg: MilesRayConfig, rec: dict[str, Any], with_ray: bool = False) -> dict[str, Any]:
+    """A Polyaxon-made cluster seen through Polyaxon only (no kubeconfig): its run's status and conditions."""
+    client, owner, project = _polyaxon(cfg, rec)
+    run = client.get_run(owner, project, rec["polyaxon_uuid"], with_conditions=True)
+    notice = ("no kubeconfig: the run's status and conditions come from Polyaxon; pods"
+              + (", Ray nodes" if with_ray else "") + " and the RayCluster's own status need Kubernetes access")
+    return {"name": cfg.name, "backend": "kubernetes", "via": "polyaxon", "kubernetes": False,
+            "namespace": rec.get("namespace", cfg.namespace), "raycluster": rec.get("raycluster"),
+            "polyaxon_uuid": rec["polyaxon_uuid"], "polyaxon_project": f"{owner}/{project}",
+            "polyaxon_status": run.get("status"), "polyaxon_conditions": run.get("conditions") or [],
+            "notices": [notice]}
+
+
 def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_ray: bool = False) -> dict[str, Any]:
-    api = api_client or _client(cfg)
     rec = cluster_record(cfg)
+    if api_client is None and name is None and without_kubectl(cfg, rec):
+        return polyaxon_status(cfg, rec, with_ray)
+    api = api_client or _client(cfg)
     name = name or rec["raycluster"]
     rc = kube.RayClusters(api).get(cfg.namespace, name)
     if rc is None:
@@ -434,16 +481,32 @@ def refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:
                               hint="check with 'miles-ray status RUN', or pass --force")
 
 
+def _stop_and_delete_run(cfg: MilesRayConfig, rec: dict[str, Any], out: dict[str, Any]) -> None:
+    """Stop the cluster's Polyaxon run, then delete it (Polyaxon's agent removes what it created)."""
+    client, owner, project = _polyaxon(cfg, rec)
+    uuid = rec["polyaxon_uuid"]
+    run = client.get_run(owner, project, uuid, with_conditions=False)
+    if run.get("status") not in polyaxon_api.FINAL_STATUSES and not run.get("deleting"):
+        client.stop_run(owner, project, uuid)
+    out["polyaxon_stopped"] = uuid
+    client.delete_run(owner, project, uuid)
+    out["polyaxon_deleted"] = uuid
+
+
 def down(cfg: MilesRayConfig, wait: bool = True, timeout: float = 120) -> dict[str, Any]:
-    api = _client(cfg)
     rec = cluster_record(cfg)
     name = rec["raycluster"]
     out: dict[str, Any] = {"name": cfg.name, "raycluster": name, "namespace": cfg.namespace,
                            "storage": "kept (PVCs, connections and checkpoints are never deleted)"}
+    if without_kubectl(cfg, rec):
+        _stop_and_delete_run(cfg, rec, out)
+        out.update(kubernetes=False, notices=["no kubeconfig: the Polyaxon run was stopped and deleted; its agent "
+                                              "removes the RayCluster and pods (not watched from here)"])
+        state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
+        return out
+    api = _client(cfg)
     if rec.get("polyaxon_uuid"):
-        polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host).stop_run(
-            rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"])
-        out["polyaxon_stopped"] = rec["polyaxon_uuid"]
+        _stop_and_delete_run(cfg, rec, out)
     deleted = kube.RayClusters(api).delete(cfg.namespace, name)
     if not deleted and not rec.get("polyaxon_uuid"):
         raise NotFound(f"no RayCluster {cfg.namespace}/{name} to delete")

@@ -314,6 +314,16 @@ class PolyaxonApi:
             not_found=f"Polyaxon run {uuid} not found in {owner}/{project} on {self.host}",
         )
 
+    def get_logs(self, owner: str, project: str, uuid: str) -> list[dict]:
+        """The run's logs as Polyaxon serves them (its streams API: what the run's sidecar archived in the
+        artifacts store), oldest first: ``[{"timestamp", "node", "pod", "container", "value"}]``."""
+        rc = self.run_client(owner, project, uuid)
+        not_found = f"Polyaxon run {uuid} not found in {owner}/{project} on {self.host}"
+        self.call(f"read run {uuid}", rc.refresh_data, not_found=not_found)
+        logs = self.call(f"read logs of run {uuid}", rc.get_logs, not_found=not_found)
+        lines = [plain(x) for x in getattr(logs, "logs", None) or []]
+        return sorted(lines, key=lambda x: str(x.get("timestamp") or ""))
+
     def delete_run(self, owner: str, project: str, uuid: str, missing_ok: bool = True) -> None:
         rc = self.run_client(owner, project, uuid)
         try:
