@@ -584,7 +584,7 @@ def port_forward(api_client, namespace: str, pod: str, remote_port: int = 8265) 
 
 # -- other CRDs (queues) --------------------------------------------------------------------------
 
-def crd_served_versions(api_client, crd_name: str) -> list[str] | None:
+def installed_crd_versions(api_client, crd_name: str) -> list[str] | None:
     """Served versions of CRD ``crd_name`` (e.g. ``localqueues.kueue.x-k8s.io``), or None when it is not
     installed."""
     from kubernetes import client

@@ -26,7 +26,7 @@ def check_queue(cfg: MilesRayConfig, api_client) -> dict[str, Any] | None:
     if kind is None or not cfg.queue:
         return None
     group, plural, crd = KUEUE if kind == "kueue" else VOLCANO
-    served = kube.crd_served_versions(api_client, crd)
+    served = kube.installed_crd_versions(api_client, crd)
     if not served:
         return {"kind": kind, "queue": cfg.queue, "checked": False,
                 "note": f"{crd} is not served on this cluster: nothing will hold the cluster back for queue "
