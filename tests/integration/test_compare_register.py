@@ -35,7 +35,9 @@ def world(local_ray, tmp_path_factory):
     from miles_ray.core.recipes import get_recipe
 
     other = get_recipe("Qwen3-4B").model_dump(mode="json")
-    other.update(name="Qwen3-4B-aime25", eval_data="aime-2025/aime-2025.jsonl")
+    other.update(name="Qwen3-4B-aime25", eval_data="aime-2025/aime-2025.jsonl",  # the flags direct mode passes too
+                 train_args=[a.replace("aime-2024/aime-2024.jsonl", "aime-2025/aime-2025.jsonl")
+                             for a in other["train_args"]])
     (tmp / "recipes.yaml").write_text(yaml.safe_dump({"recipes": [other]}))
     return {"tmp": tmp, "mount": mount, "state": tmp / "state", "cluster": local_ray}
 
@@ -55,7 +57,7 @@ def submit_run(cli, world, run, eval_final, *extra):
         return
     code, _, err = cli("submit", "--address", world["cluster"].address, "--name", "miles-test", "--run", run,
                        "--nodes", "1", "--num-rollout", "40", "--follow", "-o", "json", "--miles-commit", "abc123",
-                       "--env", f"MILESRAY_TEST_FAKE_EVAL_FINAL={eval_final}", *extra)
+                       "--allow-miles-drift", "--env", f"MILESRAY_TEST_FAKE_EVAL_FINAL={eval_final}", *extra)
     assert code == 0, err
 
 

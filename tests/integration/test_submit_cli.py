@@ -44,7 +44,8 @@ def test_direct_mode_entrypoint_and_env_exact(env, cli, miles_root, tmp_path):
     (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\nmegatron_path: /opt/Megatron-LM\n")
     code, stdout, err = submit(cli, env.address, "--run", "direct-1", "--nodes", "2", "--follow", "-o", "json",
                                "--env", f"MILESRAY_TEST_FAKE_TRAIN_OUT={out}", "--env", "EXTRA_FLAG=yes",
-                               "--miles-commit", "abc123", "--model-revision", "m-r1", "--dataset-revision", "d-r2")
+                               "--miles-commit", "abc123", "--allow-miles-drift",  # the stand-in Miles is not the catalog's
+                               "--model-revision", "m-r1", "--dataset-revision", "d-r2")
     assert code == 0, err
     rec = json.loads(out.read_text())
     ckpt = "/mnt/miles/runs/direct-1/checkpoints"
