@@ -195,6 +195,7 @@ def test_secret_looking_env_refused(env, cli):
 def test_launcher_mode_runs_the_upstream_launcher_against_the_head(env, miles_root, tmp_path):
     """The launcher replaces the miles-ray process (it pkill -9s processes named 'miles')."""
     launcher = miles_root / "scripts" / "run_qwen3_dense.py"
+    launcher.parent.mkdir(parents=True, exist_ok=True)
     launcher.write_text(
         "import json, os, sys\n"
         f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ), 'cwd': os.getcwd()}}, open({str(tmp_path / 'l.json')!r}, 'w'))\n")
