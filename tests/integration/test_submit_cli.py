@@ -288,7 +288,7 @@ def test_dry_run_client_contacts_nothing_and_is_the_job_submit_then_sends(env, c
     dry = json.loads(out)
     assert dry["dry_run"] == "client" and dry["created"] is False and dry["kind"] == "ray-job"
     assert dry["runtime_env"]["env_vars"]["MILES_SCRIPT_EXTERNAL_RAY"] == "1"
-    assert dry["entrypoint"].startswith("bash -c ") and "--actor-num-nodes 2" in dry["entrypoint"]
+    assert dry["entrypoint"].startswith("python3 ") and "/train.py " in dry["entrypoint"] and "--actor-num-nodes 2" in dry["entrypoint"]
     assert list((tmp_path / "state").rglob("dry-1*")) == []  # no run record
     code, out, err = submit(cli, env.address, "--run", "dry-1", "--nodes", "2", "--no-follow", "-o", "json")
     assert code == 0, err
