@@ -206,17 +206,22 @@ def namespace_exists(api_client, namespace: str) -> bool:
         raise api_error(e, f"read namespace {namespace}") from None
 
 
-def raycluster_crd(api_client) -> dict | None:
-    """The installed RayCluster CRD as plain JSON (camelCase keys, as stored), or None when it is not installed."""
+def read_crd(api_client, crd_name: str) -> dict | None:
+    """The installed CRD ``crd_name`` as plain JSON (camelCase keys, as stored), or None when it is not installed."""
     from kubernetes import client
 
     try:
-        crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(CRD_NAME)
+        crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(crd_name)
     except Exception as e:  # noqa: BLE001
         if _status(e) == 404:
             return None
-        raise api_error(e, f"read CRD {CRD_NAME}") from None
+        raise api_error(e, f"read CRD {crd_name}") from None
     return api_client.sanitize_for_serialization(crd)
+
+
+def raycluster_crd(api_client) -> dict | None:
+    """The installed RayCluster CRD (see :func:`read_crd`), or None when it is not installed."""
+    return read_crd(api_client, CRD_NAME)
 
 
 def crd_served_versions(crd: dict) -> list[str]:
@@ -587,15 +592,8 @@ def port_forward(api_client, namespace: str, pod: str, remote_port: int = 8265) 
 def installed_crd_versions(api_client, crd_name: str) -> list[str] | None:
     """Served versions of CRD ``crd_name`` (e.g. ``localqueues.kueue.x-k8s.io``), or None when it is not
     installed."""
-    from kubernetes import client
-
-    try:
-        crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(crd_name)
-    except Exception as e:  # noqa: BLE001
-        if _status(e) == 404:
-            return None
-        raise api_error(e, f"read CRD {crd_name}") from None
-    return [v.name for v in crd.spec.versions if v.served]
+    crd = read_crd(api_client, crd_name)
+    return None if crd is None else crd_served_versions(crd)
 
 
 def custom_object_exists(api_client, group: str, version: str, plural: str, name: str,

@@ -130,18 +130,29 @@ def _skip(cfg: MilesRayConfig, why: str, report: dict) -> dict[str, Any]:
     return {"name": cfg.name, "parked": False, "reason": f"not parked: {why}", "idle": report}
 
 
+def _park_gate(cfg: MilesRayConfig, if_idle_for: float | None, force: bool, idle: Callable[[], dict[str, Any]],
+               guard: Callable[[], None]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """What every backend checks before parking: ``--if-idle-for`` (``idle()`` reports), then, unless --force, the
+    running-job ``guard``. Returns (the 'not parked' answer, or None to go on; the idle report, if one was read)."""
+    report = None
+    if if_idle_for is not None:
+        report = idle()
+        why = _not_idle_enough(report, if_idle_for)
+        if why:
+            return _skip(cfg, why, report), report
+    if not force:
+        _refuse_under_jobs(cfg, guard)
+    return None, report
+
+
 def _park_local(cfg: MilesRayConfig, force: bool, if_idle_for: float | None, progress: Progress) -> dict[str, Any]:
     if state.read_parked_local(cfg.name) is not None and not clusters.local_exists(cfg.name):
         return {"name": cfg.name, "backend": "local", "parked": True, "already_parked": True}
     st = local_ray.status(state.local_clusters_dir(), cfg.name)
-    report = None
-    if if_idle_for is not None:
-        report = cluster_idle(cfg, "local", st)
-        why = _not_idle_enough(report, if_idle_for)
-        if why:
-            return _skip(cfg, why, report)
-    if not force:
-        _refuse_under_jobs(cfg, lambda: clusters.refuse_shrink_below_running_jobs(cfg, 0, st))
+    skip, report = _park_gate(cfg, if_idle_for, force, lambda: cluster_idle(cfg, "local", st),
+                              lambda: clusters.refuse_shrink_below_running_jobs(cfg, 0, st))
+    if skip:
+        return skip
     saved = clusters.save_runs_before_down(cfg, "local")
     shape = {"name": cfg.name, "nodes": st["gpu_node_count"], "gpus_per_node": st.get("gpus_per_node"),
              "cpus_per_node": st.get("cpus_per_node"), "parked_at": _iso(time.time())}
@@ -172,14 +183,12 @@ def _park_kuberay(cfg: MilesRayConfig, name: str, force: bool, if_idle_for: floa
     out: dict[str, Any] = {"name": cfg.name, "raycluster": name, "namespace": cfg.namespace, "parked": True}
     if rc["spec"].get("suspend") is True:
         return {**out, "already_parked": True}
-    if if_idle_for is not None:
-        report = cluster_idle(cfg, "kubernetes")
-        why = _not_idle_enough(report, if_idle_for)
-        if why:
-            return _skip(cfg, why, report)
+    skip, report = _park_gate(cfg, if_idle_for, force, lambda: cluster_idle(cfg, "kubernetes"),
+                              lambda: k8s_clusters.refuse_shrink(cfg, name, 0))
+    if skip:
+        return skip
+    if report:
         out["idle"] = report
-    if not force:
-        _refuse_under_jobs(cfg, lambda: k8s_clusters.refuse_shrink(cfg, name, 0))
     if state.list_records():
         out["saved_runs"] = clusters.save_runs_before_down(cfg, "kubernetes")
     rays.json_patch(cfg.namespace, name, [
@@ -209,14 +218,12 @@ def _park_polyaxon(cfg: MilesRayConfig, rec: dict[str, Any], force: bool, if_idl
     out: dict[str, Any] = {"name": cfg.name, "via": "polyaxon", "parked": True}
     if rec.get("parked"):
         return {**out, "already_parked": True, "operation_of": rec["parked"]["stopped_uuid"]}
-    if if_idle_for is not None:
-        report = cluster_idle(cfg, "kubernetes")
-        why = _not_idle_enough(report, if_idle_for)
-        if why:
-            return _skip(cfg, why, report)
+    skip, report = _park_gate(cfg, if_idle_for, force, lambda: cluster_idle(cfg, "kubernetes"),
+                              lambda: k8s_clusters.refuse_shrink(cfg, rec["raycluster"], 0))
+    if skip:
+        return skip
+    if report:
         out["idle"] = report
-    if not force:
-        _refuse_under_jobs(cfg, lambda: k8s_clusters.refuse_shrink(cfg, rec["raycluster"], 0))
     client = _polyaxon(cfg)
     run = client.get_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"], with_conditions=False)
     if not isinstance(run.get("raw_content"), dict):

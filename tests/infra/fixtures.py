@@ -25,6 +25,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -53,6 +55,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, marker in COMPONENT_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+
+
+def http_status(url: str, token: str | None = None, timeout: float = 20) -> int:
+    """The HTTP status of GET url, sending ``token`` as Ray's bearer token when given."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def poll(what: str, fn: Callable[[], Any], timeout: float = 60, interval: float = 0.25,

@@ -11,25 +11,15 @@ import os
 import stat
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.infra.fixtures import http_status
+
 pytestmark = pytest.mark.ray
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _get(url: str, token: str | None = None) -> int:
-    """The HTTP status of GET url, sending ``token`` as Ray's bearer token when given."""
-    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=15) as resp:
-            return resp.status
-    except urllib.error.HTTPError as e:
-        return e.code
 
 
 def _mr(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
@@ -50,9 +40,9 @@ def test_the_local_cluster_refuses_requests_without_its_token(local_ray):
     assert stat.S_IMODE(local_ray.token_path.stat().st_mode) == 0o600  # ... readable by its user only
     assert token not in json.dumps(state)  # the state names the file, never the token
     for path in ("/api/jobs/", "/api/v0/nodes", "/api/version"):
-        assert _get(local_ray.address + path) == 401, path
-        assert _get(local_ray.address + path, "not-the-token") == 403, path
-        assert _get(local_ray.address + path, token) == 200, path
+        assert http_status(local_ray.address + path) == 401, path
+        assert http_status(local_ray.address + path, "not-the-token") == 403, path
+        assert http_status(local_ray.address + path, token) == 200, path
 
 
 def test_every_process_of_the_cluster_runs_with_token_auth(local_ray):
@@ -130,7 +120,7 @@ def test_up_with_ray_auth_none_warns_and_starts_a_cluster_without_auth(tmp_path)
         assert len(warnings) == 1 and "without token authentication" in warnings[0], up.stderr
         status = json.loads(up.stdout)
         assert status["auth"] == "none"
-        assert _get(status["dashboard_url"] + "/api/jobs/") == 200  # what the default prevents
+        assert http_status(status["dashboard_url"] + "/api/jobs/") == 200  # what the default prevents
         assert not lr.token_path(tmp_path / "state" / "local", name).exists()
     finally:
         down = _mr(["down", "--backend", "local", "--name", name, "-y"], tmp_path, **env)

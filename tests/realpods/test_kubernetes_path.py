@@ -33,7 +33,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from tests.infra.fixtures import poll
+from tests.infra.fixtures import http_status, poll
 from tests.infra.realpods import RealPods, realnodes
 
 pytestmark = pytest.mark.real_pods
@@ -201,18 +201,6 @@ def test_pods_run_restricted_as_rendered_with_one_resolver(live: SimpleNamespace
     assert [ln.split()[1] for ln in resolv.splitlines() if ln.startswith("nameserver")] == [realnodes.DNS_IP]
 
 
-def _http_status(url: str, token: str | None) -> int:
-    import urllib.error
-    import urllib.request
-
-    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=20) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def test_ray_token_auth_on_the_kuberay_cluster(live: SimpleNamespace) -> None:
     """The default ``ray_auth: token``: the RayCluster asks KubeRay for token auth (authOptions); KubeRay made the
     token Secret and gave every Ray container RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from it. Through a
@@ -237,9 +225,9 @@ def test_ray_token_auth_on_the_kuberay_cluster(live: SimpleNamespace) -> None:
     head = next(p for p in pods if p.metadata.labels["ray.io/node-type"] == "head")
     with port_forward(live.api, NS, head.metadata.name, 8265) as url:
         for path in ("/api/jobs/", "/api/v0/nodes"):
-            assert _http_status(url + path, None) == 401, path
-            assert _http_status(url + path, "not-the-token") == 403, path
-            assert _http_status(url + path, token) == 200, path
+            assert http_status(url + path, None) == 401, path
+            assert http_status(url + path, "not-the-token") == 403, path
+            assert http_status(url + path, token) == 200, path
     code, out, err = live.mr("submit", "--rehearse", "--nodes", "2", "--address", ADDRESS, "--dry-run", "server",
                              "-o", "json")
     assert code == 0, err[-3000:]
