@@ -120,7 +120,7 @@ def test_launcher_job_status_logs_stop_through_polyaxon(nokube, polyaxon_server,
     assert nokube in notice and "topology" in notice and "data preflight" in notice
     run = api.wait_for_status("default", PROJECT, uuid, {"queued"}, timeout=30)
     c = run["raw_content"]["component"]["run"]
-    env = {e["name"]: e["value"] for e in c["container"]["env"]}
+    env = {e["name"]: e.get("value") for e in c["container"]["env"]}
     assert c["kind"] == "job" and env["MILES_SCRIPT_EXTERNAL_RAY"] == "1"
     assert env["RAY_ADDRESS"] == f"http://plx-operation-{cluster_uuid}-head-svc.ml.svc:8265"
 
