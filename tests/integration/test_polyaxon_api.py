@@ -71,8 +71,10 @@ def test_create_compiles_and_queues(api, project):
     assert conds[:3] == ["created", "compiled", "queued"]
 
 
-def test_offline_conversion_matches_the_agents(api, project):
-    """What to_custom_resource predicts == what the agent builds from the server's compiled run."""
+def test_offline_conversion_matches_the_agents(api, project, polyaxon_server, monkeypatch):
+    """What to_custom_resource predicts == what the agent builds from the server's compiled run.
+    The agent writes its own client host into the pods (POLYAXON_HOST): both sides are given the server's, so
+    a host another test left in polyaxon's process-wide settings cannot decide the outcome."""
     from polyaxon import settings
     from polyaxon._k8s.executor.executor import Executor
     from polyaxon._schemas.agent import AgentConfig
@@ -87,6 +89,7 @@ def test_offline_conversion_matches_the_agents(api, project):
     )
     previous = settings.AGENT_CONFIG
     settings.AGENT_CONFIG = agent
+    monkeypatch.setattr(settings.CLIENT_CONFIG, "host", polyaxon_server.host)
     try:
         agent_cr = Executor.convert(
             owner_name=OWNER, project_name=project, run_name=run["name"], run_uuid=run_uuid,
@@ -94,7 +97,9 @@ def test_offline_conversion_matches_the_agents(api, project):
         )
     finally:
         settings.AGENT_CONFIG = previous
-    offline = ps.to_custom_resource(op, namespace, run_uuid, run["name"], project, owner=OWNER)
+    offline = ps.to_custom_resource(op, namespace, run_uuid, run["name"], project, owner=OWNER,
+                                    polyaxon_host=polyaxon_server.host)
+    assert settings.CLIENT_CONFIG.host == polyaxon_server.host  # to_custom_resource restored it
     assert json.loads(json.dumps(agent_cr)) == offline
 
 

@@ -172,6 +172,16 @@ def _wait_running(live: SimpleNamespace, run: str, timeout: float = 180) -> None
     poll(f"run {run} to be RUNNING", state, timeout)
 
 
+def _differences(a: object, b: object, path: str = "spec") -> list[str]:
+    """Where two JSON documents differ, one line per path (left value vs right value)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in _differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {json.dumps(a)[:200]} != {json.dumps(b)[:200]}"]
+
+
 def _json(code_out_err: tuple[int, str, str], want: int = 0) -> dict:
     code, out, err = code_out_err
     assert code == want, f"exit {code} (want {want}): {err[-3000:]}"
@@ -194,7 +204,8 @@ def test_pods_run_restricted_as_rendered_with_one_resolver(live: SimpleNamespace
             assert sc and sc.allow_privilege_escalation is False and sc.capabilities.drop == ["ALL"], c.name
     rendered = yaml.safe_load(live.mr("render", "-F", "kuberay", "--nodes", "2")[1])
     [created] = _rayclusters(live)
-    assert created["spec"] == rendered["spec"]
+    assert not _differences(created["spec"], rendered["spec"]), "created != rendered:\n" + "\n".join(
+        _differences(created["spec"], rendered["spec"]))
     worker = next(p for p in pods if p.metadata.labels["ray.io/node-type"] == "worker")
     resolv = stream(live.core.connect_get_namespaced_pod_exec, worker.metadata.name, NS, container="ray",
                     command=["cat", "/etc/resolv.conf"], stderr=True, stdin=False, stdout=True, tty=False)
@@ -353,6 +364,9 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
         "status", "--backend", "kubernetes", "-o", "json")[1] or "{}")) and any(
         p.get("name") == new_head for p in s.get("pods", [])) and s, 120)
     assert old_head not in {p.get("name") for p in st["pods"]}
+    # the workers reconnect to the new head; Ray has both GPU workers again before the next test
+    poll("Ray to have 2 GPU workers again", lambda: json.loads(live.mr(
+        "status", "--backend", "kubernetes", "--ray", "-o", "json")[1] or "{}").get("ray_nodes_alive") == 3, 300)
 
 
 def test_park_frees_the_pods_and_resume_brings_both_workers_back_into_ray(live: SimpleNamespace,
