@@ -354,6 +354,17 @@ def gpu_capacity(api_client, node_selector: dict[str, str], tolerations: list[di
 
 FATAL_WAITING = {"ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "CreateContainerConfigError",
                  "InvalidImageName", "CreateContainerError", "RunContainerError"}
+# A container that crashed fewer times than this is still given a chance: a Ray worker exits when its head
+# restarts and a slow node can time out Ray's first start, and both recover on the kubelet's next restart
+# (10 s, 20 s, 40 s back-off). From the third restart on, CrashLoopBackOff is a verdict, not a hiccup.
+CRASHLOOP_RESTARTS = 3
+
+
+def waiting_is_fatal(reason: str, restart_count: int) -> bool:
+    """Whether a container waiting for ``reason`` after ``restart_count`` restarts will not start by itself."""
+    if reason == "CrashLoopBackOff":
+        return restart_count >= CRASHLOOP_RESTARTS
+    return reason in FATAL_WAITING
 
 
 def list_pods(api_client, namespace: str, label_selector: str = "") -> list[Any]:
@@ -407,7 +418,9 @@ def cluster_pods(api_client, namespace: str, cluster: str) -> list[dict]:
             waiting = cs.state.waiting if cs.state else None
             if waiting and waiting.reason:
                 reason, message = waiting.reason, waiting.message or ""
-                fatal = waiting.reason in FATAL_WAITING
+                if waiting.reason == "CrashLoopBackOff":
+                    message = f"restarted {cs.restart_count or 0} time(s); {message}"
+                fatal = waiting_is_fatal(waiting.reason, cs.restart_count or 0)
         ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
         out.append({
             "name": p.metadata.name,
