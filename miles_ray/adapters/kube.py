@@ -500,6 +500,37 @@ def head_ray_token(api_client, namespace: str, cluster: str, pod: Any) -> str | 
     return token
 
 
+def secret_has_key(api_client, namespace: str, name: str, key: str) -> bool | None:
+    """Whether Secret ``namespace/name`` holds a non-empty ``key``: None when there is no such Secret. One ``get``;
+    the value is never decoded, kept or logged."""
+    from kubernetes import client
+
+    try:
+        secret = client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
+    except Exception as e:  # noqa: BLE001
+        if _status(e) == 404:
+            return None
+        error = api_error(e, f"read the Ray token Secret {namespace}/{name}")
+        if _status(e) == 403:
+            error.hint = TOKEN_RBAC_HINT
+        raise error from None
+    return bool((secret.data or {}).get(key))
+
+
+def head_auth_ref(pod: Any) -> tuple[str, str | None]:
+    """How the head pod's Ray container (the first) runs Ray auth: (``token``, the Secret its ``RAY_AUTH_TOKEN``
+    is read from -- None when the token is a literal value), or (``disabled``, None) without token mode. Read
+    from the pod spec only: no Secret is read."""
+    container = (pod.spec.containers or [None])[0]
+    env = {e.name: e for e in (getattr(container, "env", None) or [])}
+    mode = env.get("RAY_AUTH_MODE")
+    if mode is None or (mode.value or "").strip().lower() != "token":
+        return "disabled", None
+    var = env.get("RAY_AUTH_TOKEN")
+    ref = getattr(getattr(var, "value_from", None), "secret_key_ref", None) if var is not None else None
+    return "token", (ref.name if ref is not None and ref.name else None)
+
+
 def _handshake_failure(e: BaseException) -> tuple[int | None, str]:
     """(HTTP status, the API server's message) of a refused port-forward: the client library wraps the websocket
     handshake's answer (``WebSocketBadStatusException``: ``status_code``, ``resp_body`` -- a Kubernetes Status)

@@ -68,6 +68,15 @@ def local_token_path(url: str) -> str | None:
     return None
 
 
+def kube_head_auth(address: str | HeadAddress, *, kube_context: str | None = None,
+                   kubeconfig: str | None = None) -> tuple[str, str | None]:
+    """How the running head pod of the KubeRay head at ``address`` runs Ray auth: (``token``, the Secret its
+    ``RAY_AUTH_TOKEN`` comes from) or (``disabled``, None). Reads the pod spec; no Secret is read."""
+    head = address if isinstance(address, HeadAddress) else parse_head(address)
+    api = kube.load_client(kubeconfig, kube_context)
+    return kube.head_auth_ref(kube.running_head_pod(api, head.namespace or "", head.name or ""))
+
+
 @contextmanager
 def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
               kubeconfig: str | None = None) -> Iterator[str]:

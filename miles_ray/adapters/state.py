@@ -84,10 +84,36 @@ def read_kube_cluster(context: str | None, namespace: str, name: str) -> dict[st
 
 def write_kube_cluster(context: str | None, namespace: str, name: str, record: dict[str, Any]) -> None:
     atomic_write_json(kube_cluster_path(context, namespace, name), record)
+    kube_down_path(context, namespace, name).unlink(missing_ok=True)  # a cluster of that name exists again
 
 
 def remove_kube_cluster(context: str | None, namespace: str, name: str) -> None:
     kube_cluster_path(context, namespace, name).unlink(missing_ok=True)
+
+
+def find_kube_cluster(context: str | None, namespace: str, raycluster: str) -> dict[str, Any] | None:
+    """The bookkeeping of the cluster made by ``up`` whose RayCluster is ``namespace/raycluster``, or None."""
+    directory = kube_cluster_path(context, namespace, "x").parent
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        if path.name.endswith(".down.json"):
+            continue
+        rec = read_json(path) or {}
+        if rec.get("raycluster") == raycluster:
+            return rec
+    return None
+
+
+def kube_down_path(context: str | None, namespace: str, name: str) -> Path:
+    """What ``down`` took away of a cluster made through Polyaxon (its run), so ``status`` can still say so."""
+    return kube_cluster_path(context, namespace, name).with_name(f"{name}.down.json")
+
+
+def write_kube_down(context: str | None, namespace: str, name: str, record: dict[str, Any]) -> None:
+    atomic_write_json(kube_down_path(context, namespace, name), record)
+
+
+def read_kube_down(context: str | None, namespace: str, name: str) -> dict[str, Any] | None:
+    return read_json(kube_down_path(context, namespace, name))
 
 
 # -- run records ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
                                   Output, OutputOpt, YesOpt, config_flags, confirm, emit, err, notices, progress_display,
                                   warn)
+from miles_ray.cli.up import down_line
 from miles_ray.core.config import load_config
 from miles_ray.services import clusters
 
@@ -34,6 +35,9 @@ def down_cmd(
     with progress_display(f"deleting cluster {cfg.name} ({chosen}); storage and checkpoints are kept"):
         result = clusters.down(cfg, chosen)
     notices(result)
+    if result.get("already_down"):
+        emit(result, output, lambda: err.print(down_line(result) + "; nothing to do"))
+        return
     emit(result, output, lambda: err.print(f"cluster {cfg.name!r} is down ({chosen}); storage and checkpoints kept"))
     saved = result.get("saved_runs") or {}
     if output is Output.table and saved.get("saved"):

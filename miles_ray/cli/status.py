@@ -54,7 +54,7 @@ def status_cmd(
         return
     status = clusters.status(cfg, chosen, **({} if chosen == "local" else {"with_ray": ray}))
     notices(status)
-    if chosen == "local" or ray:
+    if chosen == "local" or (ray and not status.get("down")):
         try:
             status["idle"] = lifecycle.cluster_idle(cfg, chosen, status if chosen == "local" else None)
         except ClusterError as e:

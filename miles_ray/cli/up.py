@@ -71,7 +71,19 @@ def polyaxon_status_table(st: dict) -> None:
     out.print(f"cluster {st['name']}: Polyaxon run {st['polyaxon_status']}")
 
 
+def down_line(st: dict) -> str:
+    """A cluster 'down' took away: its Polyaxon run as Polyaxon sees it now."""
+    run = (f"Polyaxon run {st['polyaxon_uuid']} ({st['polyaxon_project']}) "
+           + (f"is {st['polyaxon_status']}" + (", being deleted" if st.get("polyaxon_deleting") else "")
+              if st.get("polyaxon_status") else "is deleted (Polyaxon no longer has it)"))
+    return (f"cluster {st['name']}: down since {st.get('down_at') or '?'} ('miles-ray down' stopped and deleted its "
+            f"{run}); 'miles-ray up' creates it again")
+
+
 def kube_status_table(st: dict) -> None:
+    if st.get("down"):
+        out.print(down_line(st))
+        return
     if st.get("kubernetes") is False:
         polyaxon_status_table(st)
         return
@@ -143,7 +155,7 @@ def up_cmd(
                                    ray_version=ray_version, allow_unpinned=allow_unpinned, namespace=namespace,
                                    kube_context=context, kubeconfig=kubeconfig, recipe_file=recipe_file,
                                    queue=queue, scheduler=scheduler, ray_auth=ray_auth), config)
-    if cfg.ray_auth == "none" and not single_node:
+    if cfg.ray_auth == "none":
         warn(NO_AUTH_WARNING)
     if single_node:
         if backend is Backend.local or via is Via.kuberay:
@@ -154,6 +166,7 @@ def up_cmd(
             result = up_single_node(cfg, op, warnings, dry_run.value if dry_run else None, wait, timeout, p)
         for w in result.get("warnings", []):
             warn(w)
+        notices(result)
         emit(result, output, lambda: out.print(
             f"single-node job {cfg.name} " + ("validated (dry run, nothing created)" if result.get("dry_run") else
                                                f"created: Polyaxon run {result['polyaxon_uuid']} [{result['status']}]")

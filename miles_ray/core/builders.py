@@ -67,6 +67,29 @@ def ray_token_secret(cfg: MilesRayConfig) -> str:
     return cfg.ray_auth_secret or kuberay_token_secret(cfg.name)
 
 
+def token_secret_of(cfg: MilesRayConfig, raycluster: str, via: str | None, recorded: str | None = None) -> str:
+    """The Secret holding the Ray token of RayCluster ``raycluster`` as miles-ray made it (no cluster read):
+    the Secret ``up`` recorded, else ``ray_auth_secret``, else for a Polyaxon-made cluster (``via`` polyaxon:
+    its RayCluster is ``plx-operation-<uuid>``, rendered by Polyaxon without ``authOptions``, so KubeRay makes
+    no Secret for it) the one named after the miles-ray cluster that the operation references, and for any
+    other RayCluster the one KubeRay makes, named after that RayCluster."""
+    if recorded:
+        return recorded
+    if cfg.ray_auth_secret:
+        return cfg.ray_auth_secret
+    return kuberay_token_secret(cfg.name if via == "polyaxon" else raycluster)
+
+
+def ray_auth_env(mode: str, secret: str | None) -> list[dict[str, Any]]:
+    """The container env of a Ray process or ``ray`` client that is not under KubeRay's ``authOptions``:
+    ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` by reference to ``secret`` (never the value), or
+    ``RAY_AUTH_MODE=disabled``."""
+    if mode != "token":
+        return [{"name": "RAY_AUTH_MODE", "value": "disabled"}]
+    return [{"name": "RAY_AUTH_MODE", "value": "token"},
+            {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": RAY_TOKEN_KEY}}}]
+
+
 def ray_auth(cfg: MilesRayConfig, *, kuberay_managed: bool) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Ray token authentication as rendered: ``(spec.authOptions or None, env entries for the container)``.
 
@@ -81,16 +104,12 @@ def ray_auth(cfg: MilesRayConfig, *, kuberay_managed: bool) -> tuple[dict[str, A
     * ``none``: ``RAY_AUTH_MODE=disabled`` explicitly (Ray makes token auth its default in 2.61), no
       ``authOptions`` -- so an operator older than 1.6 accepts the RayCluster.
     """
-    if cfg.ray_auth != "token":
-        return None, [{"name": "RAY_AUTH_MODE", "value": "disabled"}]
-    if kuberay_managed:
+    if cfg.ray_auth == "token" and kuberay_managed:
         options: dict[str, Any] = {"mode": "token"}
         if cfg.ray_auth_secret:
             options["secretName"] = cfg.ray_auth_secret
         return options, []
-    return None, [{"name": "RAY_AUTH_MODE", "value": "token"},
-                  {"name": "RAY_AUTH_TOKEN",
-                   "valueFrom": {"secretKeyRef": {"name": ray_token_secret(cfg), "key": RAY_TOKEN_KEY}}}]
+    return None, ray_auth_env(cfg.ray_auth, ray_token_secret(cfg))
 
 
 NO_AUTH_WARNING = ("ray_auth is none: the cluster's Ray head runs without token authentication, so anyone who "

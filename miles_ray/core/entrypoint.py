@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
-from miles_ray.core.builders import POLYAXON_VERSION, miles_env, ray_auth
+from miles_ray.core.builders import POLYAXON_VERSION, miles_env, ray_auth_env, ray_token_secret
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.names import label_safe
@@ -143,10 +143,13 @@ def job_env(cfg: MilesRayConfig, dashboard_url: str, extra: dict[str, str] | Non
 
 
 def launcher_job_operation(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, image: str, run: str, output_dir: str,
-                           head_url: str, extra_args: list[str] | None = None, run_id: str | None = None) -> dict:
+                           head_url: str, extra_args: list[str] | None = None, run_id: str | None = None,
+                           head_auth: tuple[str, str | None] | None = None) -> dict:
     """A Polyaxon ``kind: job`` that runs the upstream launcher in the Miles image, in the cluster, against
     the existing head (``MILES_SCRIPT_EXTERNAL_RAY=1``, ``RAY_ADDRESS`` = the head service). The launcher
-    only submits, so the pod asks for no GPU; it gets the same connection (the launcher resolves paths)."""
+    only submits, so the pod asks for no GPU; it gets the same connection (the launcher resolves paths).
+    ``head_auth``: the head's Ray auth, (mode, the Secret holding its token) -- the job's ``ray`` commands need
+    that very token, by reference; default the config's (``ray_auth``, :func:`ray_token_secret`)."""
     argv = launcher_argv(cfg, recipe, plan, output_dir, run_id or run, extra_args)
     env = dict(miles_env(cfg))
     env["RAY_ADDRESS"] = head_url
@@ -170,7 +173,7 @@ def launcher_job_operation(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, imag
                     "args": argv[2:],
                     # the head's Ray token by reference to its Secret (never the value)
                     "env": [{"name": k, "value": v} for k, v in sorted(env.items())]
-                           + ray_auth(cfg, kuberay_managed=False)[1],
+                           + ray_auth_env(*(head_auth or (cfg.ray_auth, ray_token_secret(cfg)))),
                     "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
                 },
             },

@@ -7,6 +7,9 @@ Shape (the seed's component, wrapped in ``kind: operation`` like :func:`builders
 ``workingDir: <miles_root>``, ``command: ["python", <recipe launcher>]``, the launcher's flags
 (``--model-name``, ``--num-gpus-per-node``, ``--model-dir``, ``--data-dir``,
 ``--output-dir <mount>/<runs_dir>/{{ globals.uuid }}``) and ``nvidia.com/gpu: G`` limits and requests.
+Added to the guide's shape: Ray token authentication (``ray_auth``, on by default) as container env --
+``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from the token Secret (``ray_auth_secret``, default named after
+the cluster; key ``auth_token``), which the launcher's own ``ray start --head`` and ``ray job submit`` read.
 
 Memory budget. Polyaxon's shm plugin mounts an emptyDir with ``medium: Memory`` at ``/dev/shm``: every
 byte written there is charged to the pod's memory cgroup, so the pod's memory must cover what lives in
@@ -38,6 +41,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
+from miles_ray.core.builders import ray_auth_env, ray_token_secret
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.names import label_safe
@@ -111,7 +115,7 @@ def check_single_node(cfg: MilesRayConfig, recipe: Recipe) -> None:
     """What a one-pod launcher job cannot do, refused up front."""
     if recipe.launcher != DENSE_LAUNCHER:
         raise ConfigError(
-            f"--single-node renders the seed's job for {DENSE_LAUNCHER}; recipe {recipe.name} uses {recipe.launcher}",
+            f"--single-node renders the Polyaxon-Miles guide's job for {DENSE_LAUNCHER}; recipe {recipe.name} uses {recipe.launcher}",
             hint="pick a dense Qwen3 recipe ('miles-ray recipes'), or use the multi-node path (render/up without "
                  "--single-node)")
     if recipe.default_layout == "disaggregated" or cfg.layout == "disaggregated":
@@ -149,8 +153,11 @@ def build_single_node(cfg: MilesRayConfig, recipe: Recipe, image: str,
         "args": launcher_args(cfg, recipe),
         "resources": resources,
     }
-    if cfg.env:
-        container["env"] = [{"name": k, "value": v} for k, v in sorted(cfg.env.items())]
+    # Ray token auth of the Ray the launcher starts in the pod (its dashboard listens on 0.0.0.0:8265, so any pod
+    # that reaches this one could run code without it): RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from the cluster's
+    # token Secret, by reference. The launcher's `ray start --head` and its `ray job submit` both read them.
+    container["env"] = ([{"name": k, "value": v} for k, v in sorted(cfg.env.items())]
+                        + ray_auth_env(cfg.ray_auth, ray_token_secret(cfg)))
     run: dict[str, Any] = {"kind": "job", "connections": [cfg.connection], "container": container}
     placement: dict[str, Any] = {}
     if cfg.node_selector:

@@ -12,12 +12,14 @@ service read from the head after preparing.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
+from miles_ray.core.builders import ray_auth_env
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, direct_job_env, job_env,
                                        launcher_argv, launcher_job_operation, rehearsal_entrypoint, submission_id)
@@ -137,6 +139,8 @@ class SubmitTarget:
     backend: str
     address: str
     python: str = "python3"
+    # the head's Ray auth as far as known without reading the cluster: (mode, the Secret holding its token)
+    head_auth: tuple[str, str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,17 @@ class SubmitJob:
     operation: dict[str, Any] | None = None
     existing: dict[str, Any] | None = None
     reconcile_error: ConfigError | None = None
+
+    def with_head_auth(self, mode: str, secret: str | None) -> "SubmitJob":
+        """The launcher job with the head's own Ray auth (read from its head pod): the token by reference to the
+        Secret the head itself reads it from, so the job always names the right one."""
+        if self.operation is None:
+            return self
+        op = copy.deepcopy(self.operation)
+        container = op["component"]["run"]["container"]
+        container["env"] = ([e for e in container["env"] if not e["name"].startswith("RAY_AUTH_")]
+                            + ray_auth_env(mode, secret))
+        return replace(self, operation=op)
 
     def with_head_ray_version(self, cfg: MilesRayConfig, live: str | None) -> "SubmitJob":
         """The job with the head's own Ray version recorded (see :func:`check_head_ray_version`)."""
@@ -253,7 +268,7 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         kind = "launcher-polyaxon" if head.kind == "kubernetes" else "launcher-exec"
         if kind == "launcher-polyaxon":
             operation = launcher_job_operation(cfg, recipe, plan, record["image"], run, output_dir, in_cluster,
-                                               request.extra_args, run_id=run_id)
+                                               request.extra_args, run_id=run_id, head_auth=target.head_auth)
     # Data and checkpoint preflight on every node: default on for Kubernetes clusters, where the shared volume is
     # real (--check-data / --no-check-data override). Rehearsals touch no data.
     check_data = not request.rehearse and (request.check_data if request.check_data is not None

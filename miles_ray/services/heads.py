@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from miles_ray.adapters import local_ray, ray_head, state
+from miles_ray.core.builders import token_secret_of
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.heads import k8s_address, parse_head, service_url
 
@@ -51,3 +52,19 @@ def resolve_address(cfg: MilesRayConfig, address: str | None, backend: str = "au
                 return "local", ray_head.local_dashboard(head.name or "")
             return ("kuberay" if head.kind == "kubernetes" else "address"), head.address
     return dashboard_address(cfg, backend)
+
+
+def recorded_head_auth(cfg: MilesRayConfig, address: str) -> tuple[str, str | None] | None:
+    """The Ray auth of the KubeRay head at ``address`` as this machine's bookkeeping knows it, without reading the
+    cluster: (mode, the Secret holding its token). From the record 'up' wrote for that RayCluster (whatever
+    --name the submit names); without one, a ``plx-operation-<uuid>`` RayCluster is taken as Polyaxon-made (its
+    token Secret is the one the operation references) and any other as KubeRay's (the Secret named after it).
+    None for a head that is not on Kubernetes."""
+    head = parse_head(address)
+    if head.kind != "kubernetes":
+        return None
+    rec = state.find_kube_cluster(cfg.kube_context, head.namespace or "", head.name or "") or {}
+    via = rec.get("via") or ("polyaxon" if (head.name or "").startswith("plx-operation-") else "kuberay")
+    if (rec.get("ray_auth") or cfg.ray_auth) != "token":
+        return "disabled", None
+    return "token", token_secret_of(cfg, head.name or "", via, rec.get("ray_token_secret"))

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from miles_ray.adapters import kube, polyaxon_api, polyaxon_spec, ray_auth, ray_jobs, state
-from miles_ray.adapters.ray_head import local_token_path, open_head
+from miles_ray.adapters.ray_head import kube_head_auth, local_token_path, open_head
 from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME, job_env
@@ -25,7 +25,8 @@ from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, c
                                        prepare_submit, validate_request)
 from miles_ray.services import saved_runs
 from miles_ray.services.datacheck import check_data as run_data_check
-from miles_ray.services.heads import resolve_address
+from miles_ray.core.heads import parse_head
+from miles_ray.services.heads import recorded_head_auth, resolve_address
 from miles_ray.services.milesversion import check_image_miles
 from miles_ray.services.probes import launchers_dir, payload_python
 
@@ -85,19 +86,30 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         raise ConfigError("--allow-miles-drift applies to --mode direct: a rehearsal runs no Miles, and the launcher "
                           "is the image's own (exact by construction)", hint="drop --allow-miles-drift")
     chosen_backend, stored = resolve_address(cfg, address, backend)
-    target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored))
+    target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored),
+                          head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None)
     existing = state.read_json(state.record_path(run)) if run and RUN_NAME.fullmatch(run) else None
     job = prepare_submit(cfg, valid, target, created=_now(), launchers_dir=str(launchers_dir()), existing=existing,
                          resume=_find_resume(resume_from) if resume_from else None, environ=os.environ)
     if dry_run == "client":
         return dry_run_view(job, "client")
     missing = kube.missing_kubeconfig(None) if job.kind == "launcher-polyaxon" and not cfg.kubeconfig else None
+    if job.kind == "launcher-polyaxon" and not missing:
+        # the head pod says which Secret its token is in (and whether it runs with token auth at all): the
+        # launcher job references exactly that one, whatever the config or --address names
+        job = job.with_head_auth(*_launcher_head_auth(cfg, job.address))
+    if job.kind == "launcher-polyaxon":
+        _refuse_token_across_namespaces(cfg, job)
     if missing and dry_run is None:
         # a Polyaxon user without kubectl: the launcher job is created through Polyaxon's API alone
         result = launcher_as_polyaxon_job(cfg, job.record, job.operation or {})
+        env = (job.operation or {}).get("component", {}).get("run", {}).get("container", {}).get("env", [])
+        ref = next((e["valueFrom"]["secretKeyRef"]["name"] for e in env if e["name"] == "RAY_AUTH_TOKEN"), None)
+        token = (f", the Ray token Secret {cfg.namespace}/{ref} the job reads (taken from this machine's record of "
+                 "the cluster; a pod without it stays in CreateContainerConfigError)" if ref else "")
         result["notices"] = [f"no kubeconfig ({missing} does not exist): the checks of the head before the launcher "
-                             "job (live topology against the plan, data preflight, Ray version) are skipped; the "
-                             "launcher itself fails if the head does not fit"]
+                             f"job (live topology against the plan, data preflight, Ray version{token}) are skipped; "
+                             "the launcher itself fails if the head does not fit"]
         return result
     try:
         if dry_run == "server":
@@ -111,6 +123,30 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         raise Interrupted(f"interrupted while submitting run {job.run}; no new run record was kept",
                           hint="run the same 'miles-ray submit --run NAME' again: it finds the job if Ray had "
                                "accepted it, or submits it once (the job id is derived from the run name)") from None
+
+
+def _launcher_head_auth(cfg: MilesRayConfig, address: str) -> tuple[str, str | None]:
+    mode, secret = kube_head_auth(address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig)
+    if mode == "token" and secret is None:
+        raise ClusterError(f"the head of {address} runs with RAY_AUTH_MODE=token but its RAY_AUTH_TOKEN is a literal "
+                           "value, not taken from a Secret: the launcher job can only get the token by reference",
+                           hint="set RAY_AUTH_TOKEN from a Secret on the head's Ray container (KubeRay's authOptions "
+                                "does), or use --mode direct")
+    return mode, secret
+
+
+def _refuse_token_across_namespaces(cfg: MilesRayConfig, job: SubmitJob) -> None:
+    """The launcher job's pod runs in the namespace Polyaxon's agent creates it in (--namespace) and a pod reads
+    Secrets of its own namespace only: a token Secret of a head in another namespace cannot reach it."""
+    head = parse_head(job.address)
+    env = job.operation["component"]["run"]["container"]["env"] if job.operation else []
+    ref = next((e for e in env if e["name"] == "RAY_AUTH_TOKEN"), None)
+    if ref is not None and head.namespace and head.namespace != cfg.namespace:
+        secret = ref["valueFrom"]["secretKeyRef"]["name"]
+        raise ConfigError(f"the launcher job runs in namespace {cfg.namespace} (--namespace) but the head's Ray "
+                          f"token Secret is {head.namespace}/{secret}: a pod can only read Secrets of its own "
+                          "namespace", hint=f"pass --namespace {head.namespace} (where Polyaxon's agent must run "
+                                            "the job), or use --mode direct")
 
 
 def dry_run_view(job: SubmitJob, mode: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from miles_ray.adapters import kube, polyaxon_api, polyaxon_spec, ray_jobs, state
 from miles_ray.adapters.ray_head import open_head
+from miles_ray.core.builders import RAY_TOKEN_KEY, kuberay_token_secret, ray_token_secret
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.crd_fields import first_unknown_field, kuberay_version_needed
 from miles_ray.core.errors import (ClusterError, ConfigError, Conflict, Interrupted, Invalid, NotFound, TimedOut,
@@ -38,7 +39,15 @@ def cluster_record(cfg: MilesRayConfig) -> dict[str, Any]:
 
 
 def _save_record(cfg: MilesRayConfig, record: dict[str, Any]) -> None:
-    state.write_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name, record)
+    """Also records the cluster's Ray auth, which a later submit (launcher job) must match: the mode and the
+    Secret holding the token (the one the operation references, or KubeRay's, named after the RayCluster)."""
+    if cfg.ray_auth == "token":
+        secret = ray_token_secret(cfg) if record.get("via") == "polyaxon" else (
+            cfg.ray_auth_secret or kuberay_token_secret(record["raycluster"]))
+    else:
+        secret = None
+    state.write_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name,
+                             {**record, "ray_auth": cfg.ray_auth, "ray_token_secret": secret})
 
 
 def _client(cfg: MilesRayConfig):
@@ -62,6 +71,36 @@ def _polyaxon(cfg: MilesRayConfig, rec: dict[str, Any] | None = None):
 
 
 # -- preflight ------------------------------------------------------------------------------------
+
+def create_token_secret_hint(namespace: str, secret: str) -> str:
+    return (f"create it once: kubectl -n {namespace} create secret generic {secret} "
+            f"--from-literal={RAY_TOKEN_KEY}=$(openssl rand -hex 32) (on the Polyaxon path nobody else creates it: "
+            "Polyaxon's RayCluster has no authOptions, so KubeRay makes none); or set ray_auth_secret to an "
+            "existing Secret with that key")
+
+
+def check_token_secret(cfg: MilesRayConfig, api_client, secret: str, who: str) -> str:
+    """Refuse, before anything is created, a Ray token Secret that ``who`` (the pods of an operation or job that
+    read ``RAY_AUTH_TOKEN`` from it by secretKeyRef) could not start with: missing (their containers would stay
+    in CreateContainerConfigError) or without the key ``auth_token``. Returns ``namespace/secret``."""
+    has = kube.secret_has_key(api_client, cfg.namespace, secret, RAY_TOKEN_KEY)
+    where = f"{cfg.namespace}/{secret}"
+    if has is None:
+        raise NotFound(f"the Ray token Secret {where} does not exist: {who} read RAY_AUTH_TOKEN from it (key "
+                       f"{RAY_TOKEN_KEY}), so their containers could not start (CreateContainerConfigError); "
+                       "nothing was created", hint=create_token_secret_hint(cfg.namespace, secret))
+    if not has:
+        raise ClusterError(f"the Ray token Secret {where} has no key {RAY_TOKEN_KEY} (or it is empty): {who} read "
+                           f"RAY_AUTH_TOKEN from that key; nothing was created",
+                           hint=create_token_secret_hint(cfg.namespace, secret))
+    return where
+
+
+def unchecked_token_secret(cfg: MilesRayConfig, secret: str) -> str:
+    """What a notice says when there is no kubeconfig to check the token Secret with."""
+    return (f"the Ray token Secret {cfg.namespace}/{secret} (key {RAY_TOKEN_KEY}; pods without it stay in "
+            "CreateContainerConfigError)")
+
 
 def check_fields_known(rendered: dict, schema: dict | None) -> None:
     """Refuse (exit 2) the first field of the rendered RayCluster that the installed CRD's schema does not
@@ -155,9 +194,10 @@ def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_r
     if via == "polyaxon":
         missing = without_kubectl(cfg)
         if missing:
+            token = (f", {unchecked_token_secret(cfg, ray_token_secret(cfg))}" if cfg.ray_auth == "token" else "")
             notice = (f"no kubeconfig ({missing} does not exist): the Kubernetes preflight (namespace, KubeRay CRD, "
-                      f"{cfg.nodes} free GPU node(s) x {cfg.gpus_per_node}) is skipped; Polyaxon's agent schedules "
-                      "the operation")
+                      f"{cfg.nodes} free GPU node(s) x {cfg.gpus_per_node}{token}) is skipped; Polyaxon's agent "
+                      "schedules the operation")
             result = {"name": cfg.name, "namespace": cfg.namespace, "via": via, "warnings": objects.warnings,
                       "preflight": {"skipped": "no kubeconfig"}, "notices": [notice], "kubernetes": False}
             return _up_polyaxon(cfg, None, objects, result, progress, timeout, dry_run, wait, ray_check)
@@ -167,6 +207,10 @@ def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_r
     _say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
     report = preflight(cfg, api, cfg.nodes, via, reconciling=existing is not None,
                        rendered=rc if via == "kuberay" else None)
+    if via == "polyaxon" and cfg.ray_auth == "token":
+        _say(progress, f"preflight: the Ray token Secret {cfg.namespace}/{ray_token_secret(cfg)}")
+        report["ray_token_secret"] = check_token_secret(cfg, api, ray_token_secret(cfg),
+                                                        "the operation's head and workers")
     result: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "via": via, "preflight": report,
                               "warnings": objects.warnings}
     if via == "polyaxon":
@@ -249,9 +293,19 @@ def up_single_node(cfg: MilesRayConfig, op: dict, warnings: list[str], dry_run: 
     """Create the single-node job (one pod running the upstream launcher, to confirm one complete run before
     going multi-node; built and validated by the caller) through the Polyaxon API, idempotent by name and
     content."""
+    notices: list[str] = []
+    if cfg.ray_auth == "token":  # the job's container reads RAY_AUTH_TOKEN from the Secret (see single_node)
+        missing = without_kubectl(cfg)
+        if missing:
+            notices.append(f"no kubeconfig ({missing} does not exist): "
+                           f"{unchecked_token_secret(cfg, ray_token_secret(cfg))} is not checked")
+        else:
+            _say(progress, f"preflight: the Ray token Secret {cfg.namespace}/{ray_token_secret(cfg)}")
+            check_token_secret(cfg, _client(cfg), ray_token_secret(cfg), "the single-node job's container")
     client, known = polyaxon_preflight(cfg, op, progress)
     result: dict[str, Any] = {"name": cfg.name, "kind": "single-node",
-                              "project": f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}", "warnings": warnings}
+                              "project": f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}", "warnings": warnings,
+                              "notices": notices}
     if dry_run:
         result.update({"dry_run": dry_run, "created": False, "operation": op})
         return result
@@ -383,7 +437,35 @@ def polyaxon_status(cfg: MilesRayConfig, rec: dict[str, Any], with_ray: bool = F
             "notices": [notice]}
 
 
+def taken_down(cfg: MilesRayConfig) -> dict[str, Any] | None:
+    """What 'down' recorded of a cluster made through Polyaxon that no 'up' has made again, or None."""
+    if state.read_json(state.kube_cluster_path(cfg.kube_context, cfg.namespace, cfg.name)) is not None:
+        return None
+    return state.read_kube_down(cfg.kube_context, cfg.namespace, cfg.name)
+
+
+def down_status(cfg: MilesRayConfig, down_rec: dict[str, Any]) -> dict[str, Any]:
+    """A cluster 'down' took away (its Polyaxon run stopped and deleted), as Polyaxon sees its run now: no
+    Kubernetes access needed."""
+    client, owner, project = _polyaxon(cfg, down_rec)
+    uuid = down_rec["polyaxon_uuid"]
+    out: dict[str, Any] = {"name": cfg.name, "backend": "kubernetes", "via": "polyaxon", "state": "down",
+                           "down": True, "down_at": down_rec.get("down_at"), "namespace": down_rec.get("namespace"),
+                           "raycluster": down_rec.get("raycluster"), "polyaxon_uuid": uuid,
+                           "polyaxon_project": f"{owner}/{project}"}
+    try:
+        run = client.get_run(owner, project, uuid, with_conditions=False)
+        out.update(polyaxon_status=run.get("status"), polyaxon_deleting=bool(run.get("deleting")))
+    except NotFound:
+        out.update(polyaxon_status=None, polyaxon_deleting=True)
+    return out
+
+
 def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_ray: bool = False) -> dict[str, Any]:
+    if api_client is None and name is None:
+        down_rec = taken_down(cfg)
+        if down_rec is not None:
+            return down_status(cfg, down_rec)
     rec = cluster_record(cfg)
     if api_client is None and name is None and without_kubectl(cfg, rec):
         return polyaxon_status(cfg, rec, with_ray)
@@ -493,7 +575,21 @@ def _stop_and_delete_run(cfg: MilesRayConfig, rec: dict[str, Any], out: dict[str
     out["polyaxon_deleted"] = uuid
 
 
+def _forget(cfg: MilesRayConfig, rec: dict[str, Any]) -> None:
+    """Drop the cluster's bookkeeping; for a Polyaxon-made one keep which run 'down' took away ('status' says so)."""
+    if rec.get("polyaxon_uuid"):
+        state.write_kube_down(cfg.kube_context, cfg.namespace, cfg.name, {
+            "name": cfg.name, "namespace": rec.get("namespace", cfg.namespace), "raycluster": rec.get("raycluster"),
+            "polyaxon_uuid": rec["polyaxon_uuid"], "polyaxon_owner": rec.get("polyaxon_owner"),
+            "polyaxon_project": rec.get("polyaxon_project"),
+            "down_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())})
+    state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
+
+
 def down(cfg: MilesRayConfig, wait: bool = True, timeout: float = 120) -> dict[str, Any]:
+    down_rec = taken_down(cfg)
+    if down_rec is not None:  # already taken down: say so (Polyaxon's view), nothing to do
+        return {**down_status(cfg, down_rec), "already_down": True}
     rec = cluster_record(cfg)
     name = rec["raycluster"]
     out: dict[str, Any] = {"name": cfg.name, "raycluster": name, "namespace": cfg.namespace,
@@ -502,7 +598,7 @@ def down(cfg: MilesRayConfig, wait: bool = True, timeout: float = 120) -> dict[s
         _stop_and_delete_run(cfg, rec, out)
         out.update(kubernetes=False, notices=["no kubeconfig: the Polyaxon run was stopped and deleted; its agent "
                                               "removes the RayCluster and pods (not watched from here)"])
-        state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
+        _forget(cfg, rec)
         return out
     api = _client(cfg)
     if rec.get("polyaxon_uuid"):
@@ -518,5 +614,5 @@ def down(cfg: MilesRayConfig, wait: bool = True, timeout: float = 120) -> dict[s
                 out["pods_remaining"] = len(kube.cluster_pods(api, cfg.namespace, name))
                 break
             time.sleep(POLL)
-    state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
+    _forget(cfg, rec)
     return out

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.conftest import IMAGE
+from tests.infra.fixtures import ray_token_secret
 
 pytestmark = pytest.mark.e2e
 
@@ -30,12 +31,13 @@ def args(namespace: str, name: str, *extra: str) -> list[str]:
             "--namespace", namespace, "--name", name, "-c", "px.yaml", "--no-wait", "-o", "json", *extra]
 
 
-def test_up_via_polyaxon_creates_the_operation(px_env, cli, namespace, tmp_path):
+def test_up_via_polyaxon_creates_the_operation(px_env, cli, core_v1, namespace, tmp_path):
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
     from miles_ray.cli.render import build_documents
     from miles_ray.core.config import load_config
 
     (tmp_path / "px.yaml").write_text("polyaxon_project: miles-e2e\n")
+    ray_token_secret(core_v1, namespace, "px-two")  # what the operation's pods read RAY_AUTH_TOKEN from
     code, out, err = cli(*args(namespace, "px-two"))
     assert code == 0, err
     result = json.loads(out)
@@ -59,8 +61,10 @@ def test_up_via_polyaxon_creates_the_operation(px_env, cli, namespace, tmp_path)
     assert json.loads(out)["polyaxon_uuid"] == uuid
 
 
-def test_unknown_connection_refused_before_creation(px_env, cli, namespace, tmp_path):
+def test_unknown_connection_refused_before_creation(px_env, cli, core_v1, namespace, tmp_path):
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
+
+    ray_token_secret(core_v1, namespace, "px-badconn")
 
     (tmp_path / "px.yaml").write_text("polyaxon_project: miles-e2e\nconnection: no-such-data\n")
     code, _, err = cli(*args(namespace, "px-badconn"))
@@ -69,7 +73,9 @@ def test_unknown_connection_refused_before_creation(px_env, cli, namespace, tmp_
     assert PolyaxonApi(host=px_env.host).find_run_by_name("default", "miles-e2e", "px-badconn", include_final=True) is None
 
 
-def test_missing_project_and_unreachable_server(px_env, cli, namespace, tmp_path, monkeypatch):
+def test_missing_project_and_unreachable_server(px_env, cli, core_v1, namespace, tmp_path, monkeypatch):
+    for name in ("px-noproj", "px-down"):
+        ray_token_secret(core_v1, namespace, name)
     (tmp_path / "px.yaml").write_text("polyaxon_project: no-such-project\n")
     code, _, err = cli(*args(namespace, "px-noproj"))
     assert code == 1 and "no-such-project" in err
@@ -77,3 +83,51 @@ def test_missing_project_and_unreachable_server(px_env, cli, namespace, tmp_path
     (tmp_path / "px.yaml").write_text("polyaxon_project: miles-e2e\n")
     code, _, err = cli(*args(namespace, "px-down"))
     assert code == 1 and "unreachable" in err
+
+
+def test_the_ray_token_secret_is_checked_before_anything_is_created(px_env, cli, core_v1, namespace, tmp_path):
+    """The operation's head and workers read RAY_AUTH_TOKEN from the Secret (Polyaxon's RayCluster has no
+    authOptions, so KubeRay makes none): up refuses, in one line saying how to create it, while it is missing or
+    lacks the key -- nothing created in Polyaxon or the state dir -- and goes on once it is there. The token it
+    read to check is printed nowhere."""
+    from miles_ray.adapters.polyaxon_api import PolyaxonApi
+
+    api = PolyaxonApi(host=px_env.host)
+    (tmp_path / "px.yaml").write_text("polyaxon_project: miles-e2e\n")
+    outputs: list[str] = []
+
+    def up(*extra: str) -> tuple[int, str, str]:
+        code, out, err = cli(*args(namespace, "px-tok", *extra))
+        outputs.extend([out, err])
+        return code, out, err
+
+    def nothing_created() -> bool:
+        return (api.find_run_by_name("default", "miles-e2e", "px-tok", include_final=True) is None
+                and not list((tmp_path / "state").rglob("px-tok.json")))
+
+    code, _, err = up()
+    [line] = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 1, err
+    assert f"the Ray token Secret {namespace}/px-tok does not exist" in line and "CreateContainerConfigError" in line
+    assert f"kubectl -n {namespace} create secret generic px-tok --from-literal=auth_token=" in err
+    assert nothing_created()
+    code, _, err = up("--dry-run", "client")  # the dry run's preflight says the same
+    assert code == 1 and "does not exist" in err and nothing_created()
+
+    ray_token_secret(core_v1, namespace, "px-tok", key="token")  # the wrong key
+    code, _, err = up()
+    assert code == 1 and f"{namespace}/px-tok has no key auth_token" in err and nothing_created()
+
+    core_v1.delete_namespaced_secret("px-tok", namespace)
+    token = ray_token_secret(core_v1, namespace, "px-tok")
+    code, out, err = up()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["preflight"]["ray_token_secret"] == f"{namespace}/px-tok"
+    run = api.wait_for_status("default", "miles-e2e", result["polyaxon_uuid"], {"queued"}, timeout=30)
+    head = run["raw_content"]["component"]["run"]["head"]["container"]
+    ref = next(e for e in head["env"] if e["name"] == "RAY_AUTH_TOKEN")
+    assert ref["valueFrom"]["secretKeyRef"] == {"name": "px-tok", "key": "auth_token"}
+    # the token itself: in no output, in nothing Polyaxon holds, in no state file
+    state_files = [p.read_text() for p in (tmp_path / "state").rglob("*") if p.is_file()]
+    assert not [blob for blob in [*outputs, json.dumps(run), *state_files] if token in blob]

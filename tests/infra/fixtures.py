@@ -226,6 +226,20 @@ def shared_volume(core_v1: Any, namespace: str) -> Iterator[str]:
         pass
 
 
+def ray_token_secret(core_v1: Any, namespace: str, name: str, token: str | None = None,
+                     key: str = "auth_token") -> str:
+    """Create the Ray token Secret a Polyaxon-path cluster's pods read (``kubectl create secret generic NAME
+    --from-literal=auth_token=...``, as docs/security.md tells users); returns the token."""
+    import secrets
+
+    from kubernetes import client
+
+    token = token or secrets.token_hex(32)
+    core_v1.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name=name),
+                                                                string_data={key: token}))
+    return token
+
+
 # --------------------------------------------------------------------------------------------
 # The Polyaxon API server
 

@@ -67,6 +67,7 @@ def test_up_status_down_through_polyaxon_only(nokube, polyaxon_server, cli):
     uuid = result["polyaxon_uuid"]
     [notice] = notice_lines(err)
     assert nokube in notice and "Kubernetes preflight" in notice and "free GPU node" in notice
+    assert "the Ray token Secret ml/nk-a (key auth_token" in notice  # the check it could not do, by name
     assert result["preflight"] == {"skipped": "no kubeconfig"} and result["raycluster"] == f"plx-operation-{uuid}"
     run = api.wait_for_status("default", PROJECT, uuid, {"queued"}, timeout=30)
     assert run["raw_content"]["component"]["run"]["kind"] == "raycluster"
@@ -95,6 +96,28 @@ def test_up_status_down_through_polyaxon_only(nokube, polyaxon_server, cli):
     after = api.wait_for_status("default", PROJECT, uuid, {"stopped"}, timeout=30)
     assert after["deleting"] is True
     assert api.find_run_by_name("default", PROJECT, "nk-a", include_final=True) is None
+
+    # status after down: what Polyaxon says of the run down stopped and deleted -- no kubeconfig needed
+    code, out, err = cli("status", "--backend", "kubernetes", *cluster("nk-a"), "-o", "json")
+    assert code == 0, err
+    st = json.loads(out)
+    assert st["state"] == "down" and st["polyaxon_uuid"] == uuid and "kubeconfig" not in err
+    assert st["polyaxon_status"] in ("stopped", None) and st["polyaxon_deleting"] is True
+    code, out, err = cli("status", "--backend", "kubernetes", *cluster("nk-a"))
+    assert code == 0, err
+    assert f"cluster nk-a: down since" in out and f"Polyaxon run {uuid}" in out and "deleted" in out
+    # down again: nothing to do, said in one line
+    code, out, err = cli("down", "--backend", "kubernetes", *cluster("nk-a"), "--yes")
+    assert code == 0 and "nothing to do" in err, err
+    # up again makes a new run, and status shows that one
+    code, out, err = cli(*up("nk-a", "--no-wait", "-o", "json"))
+    assert code == 0, err
+    again = json.loads(out)["polyaxon_uuid"]
+    assert again != uuid
+    code, out, err = cli("status", "--backend", "kubernetes", *cluster("nk-a"), "-o", "json")
+    assert code == 0 and json.loads(out)["polyaxon_uuid"] == again and "state" not in json.loads(out)
+    code, out, err = cli("down", "--backend", "kubernetes", *cluster("nk-a"), "--yes")
+    assert code == 0, err
     print(f"\nup --via polyaxon without kubeconfig: {up_seconds:.1f}s to a created run")
 
 
@@ -118,6 +141,7 @@ def test_launcher_job_status_logs_stop_through_polyaxon(nokube, polyaxon_server,
     uuid = sub["polyaxon_uuid"]
     [notice] = notice_lines(err)
     assert nokube in notice and "topology" in notice and "data preflight" in notice
+    assert "the Ray token Secret ml/nk-l the job reads" in notice
     run = api.wait_for_status("default", PROJECT, uuid, {"queued"}, timeout=30)
     c = run["raw_content"]["component"]["run"]
     env = {e["name"]: e.get("value") for e in c["container"]["env"]}
@@ -156,3 +180,64 @@ def test_launcher_job_status_logs_stop_through_polyaxon(nokube, polyaxon_server,
     assert code == 6 and "STOPPED" in out
     code, out, err = cli("logs", "nkl-1", "--follow")
     assert code == 6 and out.splitlines() == lines and "run nkl-1: STOPPED" in err
+
+
+def _job_auth(api, uuid: str) -> dict:
+    run = api.wait_for_status("default", PROJECT, uuid, {"queued"}, timeout=30)
+    env = run["raw_content"]["component"]["run"]["container"]["env"]
+    return {e["name"]: e.get("value") or e["valueFrom"]["secretKeyRef"] for e in env if e["name"].startswith("RAY_AUTH")}
+
+
+def test_the_launcher_job_names_the_token_secret_of_the_cluster_it_targets(nokube, polyaxon_server, cli, tmp_path):
+    """Without kubeconfig the launcher job's Secret comes from this machine's record of the targeted cluster: the
+    Secret its operation references (also one set with ray_auth_secret at up, whatever the submit's config
+    says), the one KubeRay makes for another RayCluster given by --address, none for a cluster made with
+    --ray-auth none; a head in another namespace is refused (the job's pod could not read its Secret)."""
+    from miles_ray.adapters.polyaxon_api import PolyaxonApi
+
+    api = PolyaxonApi(host=polyaxon_server.host)
+    (tmp_path / "team.yaml").write_text(f"polyaxon_project: {PROJECT}\nray_auth_secret: team-ray-token\n")
+    code, out, err = cli("up", "--via", "polyaxon", "--nodes", "2", "--image", IMAGE, "--ray-version", "2.60.0",
+                         "--namespace", "ml", "--name", "nk-t", "-c", "team.yaml", "--no-wait", "-o", "json")
+    assert code == 0, err
+    assert "the Ray token Secret ml/team-ray-token" in notice_lines(err)[0]
+
+    def submit(run: str, *extra: str) -> tuple[int, dict, str]:
+        code, out, err = cli("submit", "--mode", "launcher", "--run", run, "--nodes", "2", "--image", IMAGE,
+                             "--namespace", "ml", "-c", "px.yaml", *extra, "-o", "json")
+        return code, (json.loads(out) if code == 0 else {}), err
+
+    # the submit's config has no ray_auth_secret: the record of 'up' says which Secret the head reads
+    code, sub, err = submit("nkt-1", "--name", "nk-t")
+    assert code == 0, err
+    assert _job_auth(api, sub["polyaxon_uuid"]) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": {
+        "name": "team-ray-token", "key": "auth_token"}}
+    # another RayCluster by address (a KubeRay one: its Secret is named after it), whatever --name says
+    code, sub, err = submit("nkt-2", "--name", "nk-t", "--address", "k8s://ml/kr-other")
+    assert code == 0, err
+    assert _job_auth(api, sub["polyaxon_uuid"])["RAY_AUTH_TOKEN"] == {"name": "kr-other", "key": "auth_token"}
+    # a cluster made without auth: the job runs its ray commands without it (no Secret to miss)
+    code, out, err = cli(*up("nk-n", "--ray-auth", "none", "--no-wait"))
+    assert code == 0 and "ray_auth is none" in err, err
+    code, sub, err = submit("nkt-3", "--name", "nk-n")
+    assert code == 0, err
+    assert _job_auth(api, sub["polyaxon_uuid"]) == {"RAY_AUTH_MODE": "disabled"}
+    # a head in another namespace than the job's
+    code, _, err = submit("nkt-4", "--name", "nk-t", "--address", "k8s://other-ns/kr-other")
+    assert code == 2 and "a pod can only read Secrets of its own namespace" in err, err
+    assert api.find_run_by_name("default", PROJECT, "nk-t-nkt-4", include_final=True) is None
+
+
+def test_up_single_node_without_kubeconfig_names_the_token_secret_it_could_not_check(nokube, polyaxon_server, cli):
+    from miles_ray.adapters.polyaxon_api import PolyaxonApi
+
+    code, out, err = cli("up", "--single-node", "--image", IMAGE, "--namespace", "ml", "--name", "nk-single",
+                         "-c", "px.yaml", "--no-wait", "-o", "json")
+    assert code == 0, err
+    [notice] = notice_lines(err)
+    assert nokube in notice and "the Ray token Secret ml/nk-single (key auth_token" in notice and "not checked" in notice
+    run = PolyaxonApi(host=polyaxon_server.host).wait_for_status("default", PROJECT, json.loads(out)["polyaxon_uuid"],
+                                                                 {"queued"}, timeout=30)
+    env = {e["name"]: e for e in run["raw_content"]["component"]["run"]["container"]["env"]}
+    assert env["RAY_AUTH_MODE"]["value"] == "token"
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "nk-single", "key": "auth_token"}

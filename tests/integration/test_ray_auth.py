@@ -125,3 +125,67 @@ def test_up_with_ray_auth_none_warns_and_starts_a_cluster_without_auth(tmp_path)
     finally:
         down = _mr(["down", "--backend", "local", "--name", name, "-y"], tmp_path, **env)
         assert down.returncode == 0, down.stderr
+
+
+def test_the_single_node_jobs_env_gives_its_own_ray_token_auth(tmp_path):
+    """--single-node: the upstream launcher starts Ray INSIDE the job's pod (``ray start --head``, dashboard on
+    0.0.0.0:8265) and submits to it with ``ray job submit`` in the same pod. The rendered job gives that pod
+    RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from the token Secret; here a REAL Ray head is started, and a real
+    ``ray job submit`` run, with exactly that container env (FAKE kubelet: the secretKeyRef resolved from a dict,
+    as the kubelet resolves it from the Secret). The head refuses a request without the token (401); the
+    launcher's own submit gets in."""
+    import secrets
+    import time
+
+    from miles_ray.adapters.local_ray import ports, processes
+    from miles_ray.adapters.local_ray.nodes import RAY_ENV
+    from miles_ray.core.config import load_config
+    from miles_ray.core.recipes import get_recipe
+    from miles_ray.core.single_node import build_single_node
+    from tests.conftest import IMAGE
+
+    cfg = load_config({"image": IMAGE, "name": "single-auth"}, environ={})
+    op, _ = build_single_node(cfg, get_recipe(cfg.recipe), IMAGE)
+    token = secrets.token_hex(32)
+    secret_store = {("single-auth", "auth_token"): token}  # FAKE kubelet: the Secret the job references
+    pod_env: dict[str, str] = {}
+    for e in op["component"]["run"]["container"]["env"]:
+        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+        pod_env[e["name"]] = secret_store[(ref["name"], ref["key"])] if ref else e["value"]
+    assert pod_env["RAY_AUTH_MODE"] == "token" and pod_env["RAY_AUTH_TOKEN"] == token
+    assert token not in json.dumps(op)  # by reference only
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
+    env = {**base, **RAY_ENV, **pod_env}
+    taken: set[int] = set()
+    dash, gcs, client = (ports.pick_port(taken) for _ in range(3))
+    temp = Path(f"/tmp/mr-sn-{os.getpid()}")
+    head = processes.spawn_ray_start(
+        ["--head", f"--port={gcs}", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--num-gpus=0",
+         f"--temp-dir={temp}", "--include-dashboard=True", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+         "--dashboard-agent-listen-port=0", f"--ray-client-server-port={client}", "--min-worker-port=0",
+         "--max-worker-port=0", "--disable-usage-stats"], tmp_path / "head.log", env)
+    url = f"http://127.0.0.1:{dash}"
+    t0 = time.monotonic()
+    try:
+        def answers() -> bool:
+            try:
+                return http_status(url + "/api/jobs/", token) == 200
+            except OSError:  # not listening yet
+                return False
+
+        while not answers():
+            assert not processes.exited(head), processes.tail(tmp_path / "head.log")
+            assert time.monotonic() - t0 < 240, processes.tail(tmp_path / "head.log")
+            time.sleep(1)
+        assert http_status(url + "/api/jobs/") == 401  # anyone else who reaches the pod's 8265
+        submit = subprocess.run([processes.ray_executable(), "job", "submit", "--address", url, "--", "python",
+                                 "-c", "print('single-node launcher got in')"],
+                                env=env, capture_output=True, text=True, timeout=240)
+        assert submit.returncode == 0, submit.stderr[-2000:]
+        assert "single-node launcher got in" in submit.stdout
+        assert token not in submit.stdout + submit.stderr
+    finally:
+        processes.stop_sessions([head], processes.job_sessions(f"127.0.0.1:{gcs}", head["start_ticks"]))
+        subprocess.run(["rm", "-rf", str(temp)], check=False)
+    print(f"\nsingle-node auth: head up and job done in {time.monotonic() - t0:.1f}s")

@@ -32,6 +32,7 @@ import pytest
 
 from miles_ray.adapters import ray_auth
 from tests.conftest import IMAGE
+from tests.infra.fixtures import ray_token_secret
 from tests.reliability.conftest import REPO, child_env, cli_proc, one_error_line, wait_line
 
 RAY = "2.60.0"
@@ -425,7 +426,8 @@ def _nothing_created(polyaxon_server, name: str, state: Path) -> bool:
 
 @pytest.mark.e2e
 @pytest.mark.polyaxon
-def test_polyaxon_503_then_clear_error_nothing_created(px, polyaxon_server, cli, namespace, tmp_path, ledger):
+def test_polyaxon_503_then_clear_error_nothing_created(px, polyaxon_server, cli, core_v1, namespace, tmp_path, ledger):
+    ray_token_secret(core_v1, namespace, "px-503")  # the token Secret preflight passes; Polyaxon is what fails
     ledger.record("fault", "Polyaxon API answers 503")
     front = px(lambda method, path, n: "503" if method == "POST" else "forward")
     t0 = time.monotonic()
@@ -440,8 +442,9 @@ def test_polyaxon_503_then_clear_error_nothing_created(px, polyaxon_server, cli,
 
 @pytest.mark.e2e
 @pytest.mark.polyaxon
-def test_polyaxon_goes_away_mid_up(px, polyaxon_server, cli, namespace, tmp_path, ledger):
+def test_polyaxon_goes_away_mid_up(px, polyaxon_server, cli, core_v1, namespace, tmp_path, ledger):
     """The server answers the project and connection checks, then every connection is cut."""
+    ray_token_secret(core_v1, namespace, "px-gone")
     first_post = {"n": None}
 
     def rule(method, path, n):

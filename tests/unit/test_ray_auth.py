@@ -171,3 +171,30 @@ def test_which_token_goes_to_which_head(monkeypatch, tmp_path):
     with pytest.raises(ConfigError) as info:
         ray_auth.headers(url)
     assert "RAY_AUTH_TOKEN_PATH" in str(info.value)
+
+
+def test_head_auth_ref_reads_the_secret_name_from_the_pod_spec_only():
+    from kubernetes import client
+
+    from miles_ray.adapters.kube import head_auth_ref
+
+    def pod(*env):
+        return client.V1Pod(spec=client.V1PodSpec(containers=[client.V1Container(name="ray", env=list(env))]))
+
+    ref = client.V1EnvVar(name="RAY_AUTH_TOKEN", value_from=client.V1EnvVarSource(
+        secret_key_ref=client.V1SecretKeySelector(name="plx-team", key="auth_token")))
+    assert head_auth_ref(pod(client.V1EnvVar(name="RAY_AUTH_MODE", value="token"), ref)) == ("token", "plx-team")
+    assert head_auth_ref(pod(client.V1EnvVar(name="RAY_AUTH_MODE", value="disabled"))) == ("disabled", None)
+    assert head_auth_ref(pod()) == ("disabled", None)
+    literal = client.V1EnvVar(name="RAY_AUTH_TOKEN", value="x")
+    assert head_auth_ref(pod(client.V1EnvVar(name="RAY_AUTH_MODE", value="token"), literal)) == ("token", None)
+
+
+def test_token_secret_of_a_raycluster():
+    from miles_ray.core.builders import token_secret_of
+
+    cfg = _cfg(name="team")
+    assert token_secret_of(cfg, "plx-operation-" + "a" * 32, "polyaxon") == "team"  # the one the operation names
+    assert token_secret_of(cfg, "other", "kuberay") == "other"  # KubeRay's, named after the RayCluster
+    assert token_secret_of(cfg, "other", "kuberay", recorded="mine") == "mine"
+    assert token_secret_of(_cfg(name="team", ray_auth_secret="shared"), "other", "kuberay") == "shared"
