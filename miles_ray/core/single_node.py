@@ -1,8 +1,8 @@
-"""The seed's first step, "start with one job": a single-node Polyaxon job that runs the upstream Miles
+"""The Polyaxon-Miles guide's first step, "start with one job": a single-node Polyaxon job that runs the upstream Miles
 launcher in one pod. The launcher starts its own Ray inside the pod, so there is no KubeRay, no external
 Ray and no ``rayVersion`` here. Pure: config in, operation dict out.
 
-Shape (the seed's component, wrapped in ``kind: operation`` like :func:`builders.build_operation`):
+Shape (the guide's component, wrapped in ``kind: operation`` like :func:`builders.build_operation`):
 ``plugins.shm: true``, ``run.kind: job``, ``connections: [<connection>]``, the pinned image,
 ``workingDir: <miles_root>``, ``command: ["python", <recipe launcher>]``, the launcher's flags
 (``--model-name``, ``--num-gpus-per-node``, ``--model-dir``, ``--data-dir``,
@@ -105,7 +105,7 @@ def check_memory(cfg: MilesRayConfig) -> dict[str, Any]:
 
 
 def launcher_args(cfg: MilesRayConfig, recipe: Recipe) -> list[str]:
-    """The seed's launcher flags, in the seed's order."""
+    """The guide's launcher flags, in the guide's order."""
     out_dir = str(PurePosixPath(cfg.mount_path) / cfg.runs_dir) + "/" + RUN_UUID
     return ["--model-name", recipe.name, "--num-gpus-per-node", str(cfg.gpus_per_node),
             "--model-dir", cfg.model_dir, "--data-dir", cfg.data_dir, "--output-dir", out_dir]
@@ -133,12 +133,12 @@ def check_single_node(cfg: MilesRayConfig, recipe: Recipe) -> None:
 
 def build_single_node(cfg: MilesRayConfig, recipe: Recipe, image: str,
                       tags: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """(operation, warnings): the seed's single-node component inside a ``kind: operation``."""
+    """(operation, warnings): the guide's single-node component inside a ``kind: operation``."""
     check_single_node(cfg, recipe)
     g = str(cfg.gpus_per_node)
     warnings: list[str] = []
     if cfg.polyaxon_preset:
-        # The preset owns CPU and memory; only the accelerator request is explicit (the seed's shape).
+        # The preset owns CPU and memory; only the accelerator request is explicit (the guide's shape).
         resources = {"limits": {GPU: g}, "requests": {GPU: g}}
         warnings.append(f"CPU and memory come from preset {cfg.polyaxon_preset!r}: its memory must be >= "
                         f"{memory_floor_gib(cfg.gpus_per_node)}Gi (/dev/shm counts toward the pod's memory)")
