@@ -139,7 +139,7 @@ def _check_pipeline(recipe: Recipe, out: list[Violation]) -> None:
     rest = layers - sum(edges)
     shape = " + ".join(f"{name} {n}" for name, n in (("first", first), ("last", last)) if n is not None)
     if not edges:
-        if layers % pp:
+        if layers % pp or layers < pp:
             out.append(Violation(rule="pipeline-stages-hold-layers",
                                  message=f"{layers} layers are not divisible by PP {pp} (no uneven first/last stage)"))
         return
@@ -200,8 +200,8 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
     if recipe.hardware == "nvidia" and recipe.not_planned:
         errors.append(Violation(rule="layout-plannable",
                                 message=(f"the upstream launcher {recipe.launcher} is listed, not planned: "
-                                         f"{recipe.not_planned}; use --mode launcher with a size it accepts, or a "
-                                         "recipe file with one layout")))
+                                         f"{recipe.not_planned} (a recipe file can give one of its layouts: "
+                                         "docs/recipes.md)")))
         return _assemble(recipe, nodes, g, layout, 0, 0, None, 0, None, 0, errors, warnings)
     if not recipe.plannable:
         errors.append(Violation(rule="hardware-plannable",

@@ -35,6 +35,7 @@ _FLAG_FIELDS = {
     "--num-rollout": "num_rollout", "--num-attention-heads": "attention_heads", "--num-experts": "num_experts",
 }
 Hardware = Literal["nvidia", "amd", "npu"]
+_HASH_IF_SET = ("train_backend", "launcher_min_nodes", "not_planned")
 
 
 class Recipe(BaseModel):
@@ -187,6 +188,9 @@ class Recipe(BaseModel):
     def content_hash(self) -> str:
         """A stable hash of everything that changes what training does (used to gate resume)."""
         payload = self.model_dump(exclude={"description"})
+        for key in _HASH_IF_SET:  # fields added later: left out at their default, so older hashes stay valid
+            if payload[key] == type(self).model_fields[key].default:
+                del payload[key]
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
 
