@@ -10,7 +10,9 @@ command and returns (``nvidia-smi`` probes get "0"). Nothing is executed, downlo
 ``ray job submit`` command is parsed into the ``train.py`` argv and the runtime env, and written to
 ``tests/data/upstream_miles/<short commit>/<recipe>-<nodes>n.json`` together with the commit, the command that
 made it, the launcher argv and the submitting environment it ran with. A launcher that refuses a size (raises)
-is recorded with ``refused`` and its error.
+is recorded with ``refused`` and its error. Sizes outside a recipe's ``launcher_min_nodes``..``launcher_max_nodes``
+(where the launcher runs a debug cut or asks for its own node count) are recorded but give no catalog data.
+Recipes that are not planned (AMD/NPU hardware, ``not_planned`` layouts) are listed and not run.
 
 Each case runs in a fresh child interpreter (``--one``): the launchers compute defaults (run ids) at import and
 read ``os.environ``; a child keeps cases independent. The child gets a fixed, minimal environment
