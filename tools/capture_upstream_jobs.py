@@ -10,7 +10,9 @@ command and returns (``nvidia-smi`` probes get "0"). Nothing is executed, downlo
 ``ray job submit`` command is parsed into the ``train.py`` argv and the runtime env, and written to
 ``tests/data/upstream_miles/<short commit>/<recipe>-<nodes>n.json`` together with the commit, the command that
 made it, the launcher argv and the submitting environment it ran with. A launcher that refuses a size (raises)
-is recorded with ``refused`` and its error.
+is recorded with ``refused`` and its error. Sizes outside a recipe's ``launcher_min_nodes``..``launcher_max_nodes``
+(where the launcher runs a debug cut or asks for its own node count) are recorded but give no catalog data.
+Recipes that are not planned (AMD/NPU hardware, ``not_planned`` layouts) are listed and not run.
 
 Each case runs in a fresh child interpreter (``--one``): the launchers compute defaults (run ids) at import and
 read ``os.environ``; a child keeps cases independent. The child gets a fixed, minimal environment
@@ -204,11 +206,14 @@ def catalog_entry(cap: dict, model_arg_count: int) -> dict:
             continue
         kept.append(template(train[i]))
         i += 1
-    base = {"PYTHONUNBUFFERED", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_NVLS_ENABLE", "no_proxy", "MASTER_ADDR",
-            "PYTHONPATH", *SUBMIT_ENV}
-    env = cap["runtime_env"]["env_vars"]
+    base = {"PYTHONUNBUFFERED", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_NVLS_ENABLE", "MASTER_ADDR", "PYTHONPATH",
+            *SUBMIT_ENV}
+    env = dict(cap["runtime_env"]["env_vars"])
+    master = SUBMIT_ENV["MASTER_ADDR"]
+    if env.get("no_proxy") == f"127.0.0.1,{master}":
+        del env["no_proxy"]  # execute_train's own value; a launcher's other value stays, as a template
     return {"model_args": model, "train_args": kept,
-            "launcher_env": {k: v for k, v in env.items() if k not in base},
+            "launcher_env": {k: v.replace(master, "{master_addr}") for k, v in env.items() if k not in base},
             "cuda_device_max_connections": "CUDA_DEVICE_MAX_CONNECTIONS" in env}
 
 
@@ -232,8 +237,9 @@ def write_catalog(miles: Path, commit: str, entries: dict[str, dict], command: s
         "``model_args``: the model architecture flags (scripts/models/<type>.py, as the launcher inlines them);",
         "``train_args``: every other train.py flag in the launcher's order with the split flags set aside (the",
         "planner sets those), over ``{model_dir}``, ``{data_dir}``, ``{output_dir}`` and ``{run_id}``;",
-        "``launcher_env``: env vars the launcher adds to the runtime env; ``cuda_device_max_connections``: whether",
-        'the runtime env sets CUDA_DEVICE_MAX_CONNECTIONS=1 (not for FSDP). Do not edit by hand."""',
+        "``launcher_env``: env vars the launcher adds to the runtime env (``{master_addr}``: the submitter's",
+        "MASTER_ADDR); ``cuda_device_max_connections``: whether the runtime env sets CUDA_DEVICE_MAX_CONNECTIONS=1",
+        '(not for FSDP). Do not edit by hand."""',
         "",
         f"UPSTREAM_MILES_COMMIT = {commit!r}",
         "",
@@ -297,17 +303,19 @@ def main() -> None:
         if a.recipe and recipe.name not in a.recipe:
             continue
         if not recipe.capturable:
-            print(f"{recipe.name}: not captured ({recipe.hardware_note or 'no static layout'})")
+            print(f"{recipe.name}: not captured ({recipe.not_plannable_reason})")
             continue
         sizes = sorted({*NODE_SIZES, *recipe.capture_nodes})
-        model = model_args_of(a.miles, recipe.megatron_model_type) if recipe.megatron_model_type else []
+        megatron = recipe.train_backend == "megatron" and recipe.megatron_model_type
+        model = model_args_of(a.miles, recipe.megatron_model_type) if megatron else []
+        lo, hi = recipe.launcher_min_nodes or 1, recipe.launcher_max_nodes or max(sizes)
         for n in sizes:
             cap = capture(a.miles, a.commit, recipe, n, command)
             (outdir / f"{recipe.name}-{n}n.json").write_text(json.dumps(cap, indent=1) + "\n")
             status = f"refused: {cap['refused']}" if cap["refused"] else "captured"
             print(f"{recipe.name} {n}n: {status}")
-            if cap["refused"]:
-                continue
+            if cap["refused"] or not lo <= n <= hi:
+                continue  # outside the sizes the launcher lays this recipe out for: not catalog data
             entry = catalog_entry(cap, len(model))
             assert cap["entrypoint_argv"][2:2 + len(model)] == [template(m) for m in model] or \
                 cap["entrypoint_argv"][2:2 + len(model)] == model, f"{recipe.name}: model args differ"

@@ -15,6 +15,8 @@ def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.ta
     radixark/miles, shown first: direct mode submits what those launchers submit at that commit (model
     architecture flags inlined, every train.py flag, the launcher's runtime env), with the planner's split.
     Recipes whose launcher needs AMD or Ascend NPU hardware are listed and marked; plan and submit refuse them.
+    So are launchers whose layout is not one recipe (it changes with the node count: DeepSeek, GLM-5, ...; or the
+    planner cannot express it): -o json gives the reason in "not_planned"; `plan` names it (rule layout-plannable).
 
     Add your own with --recipe-file (YAML: 'recipes: [ {name: ..., megatron_model_type: ..., hf_dir: ...,
     megatron_dir: ..., tensor_parallel: ..., rollout_gpus_per_engine: ..., attention_heads: ..., model_args:
@@ -26,12 +28,18 @@ def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.ta
         out.print(f"built-in recipes mirror radixark/miles {UPSTREAM_MILES_COMMIT}")
         t = Table("recipe", "TP", "PP", "CP", "EP", "GPUs/engine", "GBS", "layout", "hardware", "launcher")
         for r in recipes.values():
-            hardware = "nvidia" if r.plannable else f"{r.hardware} (not plannable)"
-            t.add_row(r.name, str(r.tensor_parallel), str(r.pipeline_parallel), str(r.context_parallel),
-                      str(r.expert_parallel), str(r.rollout_gpus_per_engine), str(r.global_batch_size),
-                      r.default_layout, hardware, " ".join([r.launcher, *r.launcher_args]))
+            hardware = "nvidia" if r.plannable else (f"{r.hardware} (not plannable)" if r.hardware != "nvidia"
+                                                     else "nvidia (listed, not planned)")
+            sizes = [str(v) for v in (r.tensor_parallel, r.pipeline_parallel, r.context_parallel,
+                                      r.expert_parallel, r.rollout_gpus_per_engine, r.global_batch_size)]
+            t.add_row(r.name, *(sizes if r.plannable else ["-"] * len(sizes)),
+                      r.default_layout if r.plannable else "-", hardware, " ".join([r.launcher, *r.launcher_args]))
         out.print(t)
+        for r in recipes.values():
+            if not r.plannable:
+                out.print(f"  {r.name}: not planned: {r.not_plannable_reason}")
 
     emit({"upstream_miles_commit": UPSTREAM_MILES_COMMIT,
-          "recipes": [r.model_dump(mode="json") | {"hash": r.content_hash(), "plannable": r.plannable}
+          "recipes": [r.model_dump(mode="json") | {"hash": r.content_hash(), "plannable": r.plannable,
+                                                   "not_plannable_reason": r.not_plannable_reason}
                       for r in recipes.values()]}, output, table)

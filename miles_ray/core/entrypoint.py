@@ -92,15 +92,15 @@ def direct_job_env(cfg: MilesRayConfig, dashboard_url: str, recipe: Recipe, envi
     Launcher values: PYTHONUNBUFFERED, CUDA_DEVICE_MAX_CONNECTIONS (not for FSDP), NCCL_NVLS_ENABLE (the config's
     value, as miles-ray sets it for the launcher), the :data:`ENV_PASSTHROUGH` variables set in ``environ``,
     ``MASTER_ADDR`` (``environ``'s, else 127.0.0.1) and ``no_proxy=127.0.0.1,<MASTER_ADDR>``, the recipe's
-    ``launcher_env``, and PYTHONPATH = Miles root, Megatron, then the user's and ``environ``'s PYTHONPATH
-    appended (duplicates dropped)."""
+    ``launcher_env`` (``{master_addr}`` filled in), and PYTHONPATH = Miles root, Megatron, then the user's and
+    ``environ``'s PYTHONPATH appended (duplicates dropped)."""
     master = environ.get("MASTER_ADDR", "127.0.0.1")
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
     if recipe.cuda_device_max_connections:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     env.update({k: environ[k] for k in ENV_PASSTHROUGH if k in environ})
     env.update({"no_proxy": f"127.0.0.1,{master}", "MASTER_ADDR": master})
-    env.update(recipe.launcher_env)
+    env.update({k: v.replace("{master_addr}", master) for k, v in recipe.launcher_env.items()})
     env.update(extra or {})
     env.update(miles_env(cfg))
     env["RAY_ADDRESS"] = dashboard_url

@@ -17,7 +17,12 @@ LayoutChoice = Literal["colocated", "disaggregated"]
 
 RULES: dict[str, str] = {
     "hardware-plannable": "the recipe's launcher targets NVIDIA GPUs (AMD and NPU launchers are listed, not planned)",
+    "layout-plannable": ("the recipe's launcher has one layout the planner can express (launchers that change the "
+                         "model or the parallel sizes with the node count are listed, not planned)"),
     "positive-sizes": "nodes and GPUs per node are whole numbers >= 1",
+    "pipeline-stages-hold-layers": ("PP > 1: the layers fill the pipeline stages: L % PP == 0, or with an uneven first/"
+                                    "last stage (--decoder-first/last-pipeline-num-layers) the remaining layers % the "
+                                    "remaining stages == 0"),
     "model-parallel-divides-trainer": "trainer GPUs % (TP*PP*CP) == 0",
     "gbs-divisible-by-dp": "global batch size % data-parallel size == 0",
     "rollout-batch-multiple-of-gbs": "(rollout batch x samples per prompt) % global batch size == 0",
@@ -120,6 +125,44 @@ def _check_megatron(recipe: Recipe, trainer_gpus: int, out: list[Violation]) -> 
     return dp
 
 
+def _check_pipeline(recipe: Recipe, out: list[Violation]) -> None:
+    """Megatron's split of the decoder layers over PP stages (TransformerConfig): without an uneven first/last
+    stage every stage gets L / PP layers; with ``--decoder-first-pipeline-num-layers`` and/or
+    ``--decoder-last-pipeline-num-layers`` those stages get their counts and the other stages share the rest
+    evenly. Only checked when the recipe's model args give the layer count."""
+    pp, layers = recipe.pipeline_parallel, recipe.num_layers
+    first, last = recipe.pipeline_edge_layers()
+    if layers is None or (pp == 1 and first is None and last is None):
+        return
+    edges = [n for n in (first, last) if n is not None]
+    middle_stages = pp - len(edges)
+    rest = layers - sum(edges)
+    shape = " + ".join(f"{name} {n}" for name, n in (("first", first), ("last", last)) if n is not None)
+    if not edges:
+        if layers % pp or layers < pp:
+            out.append(Violation(rule="pipeline-stages-hold-layers",
+                                 message=f"{layers} layers are not divisible by PP {pp} (no uneven first/last stage)"))
+        return
+    if middle_stages < 0 or rest < 0:
+        out.append(Violation(rule="pipeline-stages-hold-layers",
+                             message=f"PP {pp} has no room for an uneven {shape} of {layers} layers"))
+    elif middle_stages == 0:
+        if rest:
+            out.append(Violation(rule="pipeline-stages-hold-layers",
+                                 message=f"PP {pp} is only the {shape} stage(s), which hold {sum(edges)} of "
+                                         f"{layers} layers"))
+    elif rest % middle_stages or rest < middle_stages:
+        out.append(Violation(rule="pipeline-stages-hold-layers",
+                             message=(f"{layers} layers - {shape} = {rest} are not divisible by the other "
+                                      f"{middle_stages} of PP {pp} stages")))
+
+
+def _check_static(recipe: Recipe, out: list[Violation]) -> None:
+    """Rules that depend on the recipe alone, not on the split."""
+    _check_batch(recipe, out)
+    _check_pipeline(recipe, out)
+
+
 def _check_batch(recipe: Recipe, out: list[Violation]) -> None:
     if recipe.samples_per_rollout % recipe.global_batch_size:
         out.append(Violation(
@@ -154,6 +197,12 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
           rollout_nodes: int | None, rollout_gpus: int | None) -> Plan:
     errors: list[Violation] = []
     warnings: list[str] = []
+    if recipe.hardware == "nvidia" and recipe.not_planned:
+        errors.append(Violation(rule="layout-plannable",
+                                message=(f"the upstream launcher {recipe.launcher} is listed, not planned: "
+                                         f"{recipe.not_planned} (a recipe file can give one of its layouts: "
+                                         "docs/recipes.md)")))
+        return _assemble(recipe, nodes, g, layout, 0, 0, None, 0, None, 0, errors, warnings)
     if not recipe.plannable:
         errors.append(Violation(rule="hardware-plannable",
                                 message=(f"the upstream launcher {recipe.launcher} targets {recipe.hardware.upper()} "
@@ -165,7 +214,7 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
                                 message=f"nodes ({nodes}) and GPUs per node ({g}) must be >= 1"))
         return _assemble(recipe, nodes, g, layout, 0, 0, None, 0, None, 0, errors, warnings)
 
-    _check_batch(recipe, errors)
+    _check_static(recipe, errors)
     if layout == "colocated":
         w = nodes * g
         dp = _check_megatron(recipe, w, errors)
@@ -214,8 +263,13 @@ def _core(recipe: Recipe, nodes: int, g: int, layout: LayoutChoice,
                              "will cross nodes (slow); prefer nodes with >= TP GPUs")
     if recipe.launcher_max_nodes and nodes > recipe.launcher_max_nodes:
         plan.warnings.append(f"the upstream launcher {recipe.launcher} has a layout for at most "
-                             f"{recipe.launcher_max_nodes} node(s) and refuses {nodes}; direct mode reuses its "
+                             f"{recipe.launcher_max_nodes} node(s) (given {nodes} it refuses or submits its own size); "
+                             f"direct mode reuses its "
                              f"{recipe.launcher_max_nodes}-node flags with this split")
+    if recipe.launcher_min_nodes and nodes < recipe.launcher_min_nodes:
+        plan.warnings.append(f"the upstream launcher {recipe.launcher} submits this layout from "
+                             f"{recipe.launcher_min_nodes} nodes on (on fewer it refuses, runs a debug layout "
+                             "or asks for its own node count); direct mode uses the catalog's flags with this split")
     if plan.idle_gpus and not plan.errors:
         plan.warnings.append(f"{plan.idle_gpus} GPU(s) stay idle with this split")
     return plan
@@ -280,7 +334,7 @@ def suggest(recipe: Recipe, nodes: int, g: int, limit: int = 3) -> list[Suggesti
     """
     if g < 1 or not recipe.plannable:
         return []
-    batch_ok = not _violations(lambda out: _check_batch(recipe, out))
+    batch_ok = not _violations(lambda out: _check_static(recipe, out))
 
     @functools.lru_cache(maxsize=None)
     def trainer_ok(gpus: int) -> bool:

@@ -68,9 +68,10 @@ def check_data_spec(cfg: MilesRayConfig, recipe: Recipe, resume_output_dir: str 
     model_dir, data_dir = PurePosixPath(cfg.model_dir), PurePosixPath(cfg.data_dir)
     inputs = [
         ("HF model (SGLang, tokenizer)", str(model_dir / recipe.hf_dir)),
-        ("Megatron checkpoint (--ref-load)", str(model_dir / recipe.megatron_dir)),
         ("training data", str(data_dir / recipe.train_data)),
     ]
+    if recipe.megatron_dir:
+        inputs.insert(1, ("Megatron checkpoint (--ref-load)", str(model_dir / recipe.megatron_dir)))
     if recipe.eval_data:
         inputs.append(("evaluation data", str(data_dir / recipe.eval_data)))
     output_parent = str(PurePosixPath(cfg.mount_path) / cfg.runs_dir)

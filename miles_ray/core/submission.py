@@ -116,6 +116,10 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
         if recipe.launcher_max_nodes and plan.nodes > recipe.launcher_max_nodes:
             raise ConfigError(f"the upstream launcher {recipe.launcher} supports at most {recipe.launcher_max_nodes} "
                               f"node(s)", hint="use --mode direct")
+        if recipe.launcher_min_nodes and plan.nodes < recipe.launcher_min_nodes:
+            raise ConfigError(f"the upstream launcher {recipe.launcher} submits this recipe's layout from "
+                              f"{recipe.launcher_min_nodes} nodes on (on fewer it refuses, runs a debug layout or asks for its own node count)",
+                              hint="use --mode direct")
     if request.mode == "direct" and not request.rehearse and not recipe.train_args:
         raise ConfigError(f"recipe {recipe.name!r} has no train_args: direct mode builds train.py's command line from "
                           "them", hint="add model_args and train_args to the recipe (docs/recipes.md), or use "

@@ -85,17 +85,46 @@ def data_parallel(recipe: Recipe, trainer_gpus: int) -> int | None:
     return _exact_quotient(trainer_gpus, recipe.tensor_parallel * recipe.pipeline_parallel * recipe.context_parallel)
 
 
+def _layers_fill_stages(recipe: Recipe) -> bool:
+    """Megatron gives every pipeline stage its layers: deal them out stage by stage (the first and last stage
+    take their --decoder-first/last-pipeline-num-layers when given, the others an equal share) and check that
+    each stage gets at least one and none are left over."""
+    args = [*recipe.model_args, *recipe.train_args]
+
+    def value(flag: str) -> int | None:
+        return int(args[args.index(flag) + 1]) if flag in args else None
+
+    layers, pp = value("--num-layers"), recipe.pipeline_parallel
+    first, last = value("--decoder-first-pipeline-num-layers"), value("--decoder-last-pipeline-num-layers")
+    if layers is None or (pp == 1 and first is None and last is None):
+        return True
+    if pp == 1 and first is not None and last is not None:
+        return False  # one stage cannot be both an uneven first and an uneven last stage
+    fixed = {0: first, pp - 1: last} if pp > 1 else {0: first if first is not None else last}
+    fixed = {stage: n for stage, n in fixed.items() if n is not None}
+    free = [stage for stage in range(pp) if stage not in fixed]
+    left = layers - sum(fixed.values())
+    if not free:
+        return left == 0
+    share = left // len(free)
+    return left >= len(free) and share * len(free) == left
+
+
 def broken_rules(recipe: Recipe, split: Split) -> set[str]:
     """Ids of the violated rules for this split (empty: feasible)."""
     n, g, a, r = split.nodes, split.gpus_per_node, split.trainer_gpus, split.rollout_gpus
     if recipe.hardware != "nvidia":
         return {"hardware-plannable"}  # AMD / NPU launchers: listed in the catalog, never planned
+    if recipe.not_planned:
+        return {"layout-plannable"}  # launchers whose layout changes with the node count: listed, never planned
     if n < 1 or g < 1:
         return {"positive-sizes"}
     bad: set[str] = set()
     # rollout batch x samples per prompt is a whole number of global batches (else samples are trimmed)
     if _exact_quotient(recipe.rollout_batch_size * recipe.n_samples_per_prompt, recipe.global_batch_size) is None:
         bad.add("rollout-batch-multiple-of-gbs")
+    if not _layers_fill_stages(recipe):
+        bad.add("pipeline-stages-hold-layers")
     if not split.colocated:
         if r <= 0:
             bad.add("disagg-rollout-explicit")  # rollout GPUs must be given: none here

@@ -33,7 +33,16 @@ def _check_against_the_simulation(recipe: Recipe, plan, split) -> None:
 B32 = BUILTIN["Qwen3-4B"].model_copy(update={"name": "b32", "rollout_batch_size": 8, "n_samples_per_prompt": 4})
 E16_H24 = BUILTIN["Qwen3-4B"].model_copy(update={"name": "e16h24", "tensor_parallel": 1,
                                                  "rollout_gpus_per_engine": 16, "attention_heads": 24})
-RECIPES = {**BUILTIN, B32.name: B32, E16_H24.name: E16_H24}
+_K2 = BUILTIN["Kimi-K2"]
+# Kimi-K2 is 61 layers on PP8: the launcher makes the last stage 5 layers so the other 7 take 8 each. Without that
+# flag (61 % 8) or with a last stage that leaves an uneven rest (61 - 6 = 55 over 7 stages) Megatron cannot split it.
+K2_EVEN = _K2.model_copy(update={"name": "k2-even", "train_args": [
+    t for i, t in enumerate(_K2.train_args)
+    if "--decoder-last-pipeline-num-layers" not in (t, _K2.train_args[i - 1] if i else "")]})
+K2_LAST6 = _K2.model_copy(update={"name": "k2-last6", "train_args": [
+    "6" if i and _K2.train_args[i - 1] == "--decoder-last-pipeline-num-layers" else t
+    for i, t in enumerate(_K2.train_args)]})
+RECIPES = {**BUILTIN, B32.name: B32, E16_H24.name: E16_H24, K2_EVEN.name: K2_EVEN, K2_LAST6.name: K2_LAST6}
 
 GBS, MP, MOE = "gbs-divisible-by-dp", "model-parallel-divides-trainer", "moe-parallel-divides-trainer"
 FITS, DIVR, HEADS = "engine-fits-node", "engines-divide-rollout", "engine-divides-heads"
@@ -101,6 +110,13 @@ HAND_WORKED = [
     ("Qwen3-4B", 0, 8, None, None, None, {"positive-sizes"}, None),
     ("Qwen3-4B-AMD", 1, 8, None, None, None, {"hardware-plannable"}, None),  # an AMD launcher: listed, not planned
     ("Qwen3-4B-NPU", 2, 8, None, None, None, {"hardware-plannable"}, None),
+    # a launcher whose layout changes with the node count: listed, not planned
+    ("DeepSeek-V3", 4, 8, None, None, None, {"layout-plannable"}, None),
+    # uneven last pipeline stage: Kimi-K2 TP8 PP8 CP4 (256 per replica), EP32, E=16 on 32 nodes of 8
+    ("Kimi-K2", 32, 8, None, None, None, set(), (256, 1, 256, 16, 32, 0)),
+    ("k2-even", 32, 8, None, None, None, {"pipeline-stages-hold-layers"}, None),  # 61 % 8
+    ("k2-last6", 32, 8, None, None, None, {"pipeline-stages-hold-layers"}, None),  # (61 - 6) % 7
+    ("Kimi-K2", 4, 8, None, None, None, {MP, MOE}, None),  # 32 GPUs: TP*PP*CP 256, EP*PP 256
     ("Qwen3-4B", 2, 0, None, None, None, {"positive-sizes"}, None),
 ]
 
@@ -151,8 +167,8 @@ def test_every_recipe_matches_the_rules(name: str, n: int, g: int) -> None:
     assert plan.feasible == (not expected)
     if plan.feasible:
         _check_against_the_simulation(recipe, plan, split_of(recipe, n, g, recipe.default_layout))
-    elif expected == {"hardware-plannable"}:
-        assert not plan.suggestions, "no size makes an AMD / NPU launcher plannable"
+    elif expected in ({"hardware-plannable"}, {"layout-plannable"}):
+        assert not plan.suggestions, "no size makes an AMD / NPU launcher or a listed layout plannable"
     else:
         assert plan.suggestions, "an infeasible plan must suggest feasible alternatives"
         _check_suggestions(recipe, n, g, plan.suggestions)
@@ -292,3 +308,13 @@ def test_suggestions_are_the_nearest_feasible_choices(recipe, n, g):
         assert plan.suggestions == []
     else:
         _check_suggestions(recipe, n, g, plan.suggestions)
+
+
+def test_uneven_pipeline_stage_messages_carry_the_numbers() -> None:
+    plan = plan_split(K2_LAST6, 32, 8)
+    assert [v.message for v in plan.errors] == [
+        "61 layers - last 6 = 55 are not divisible by the other 7 of PP 8 stages"]
+    assert not plan.suggestions  # no node count fixes the layer split
+    assert [v.message for v in plan_split(K2_EVEN, 32, 8).errors] == [
+        "61 layers are not divisible by PP 8 (no uneven first/last stage)"]
+    assert plan_split(BUILTIN["Qwen3-235B-A22B"], 16, 8).feasible  # 94 layers = 3 x 24 + last 22

@@ -197,6 +197,12 @@ def test_bad_requests_are_refused(no_io):
         validate_request(config(nodes=4, layout="disaggregated", rollout_nodes=2), SubmitRequest(mode="launcher"))
     with pytest.raises(ConfigError, match="supports at most 1 node"):
         validate_request(config(recipe="Qwen3-30B-A3B", nodes=2), SubmitRequest(mode="launcher"))
+    # Gemma-4-31B: the launcher runs its debug layout on 1 node; the catalog's flags are its 2+ node job
+    with pytest.raises(ConfigError, match="from 2 nodes on"):
+        validate_request(config(recipe="Gemma-4-31B", nodes=1), SubmitRequest(mode="launcher"))
+    assert validate_request(config(recipe="Gemma-4-31B", nodes=2), SubmitRequest(mode="launcher"))
+    with pytest.raises(PlanError, match=r"\[layout-plannable\].*run_deepseek\.py"):
+        validate_request(config(recipe="DeepSeek-V3", nodes=4), SubmitRequest())
     with pytest.raises(ConfigError, match="pin the image by digest|tag"):
         validate_request(config(image="radixark/miles:latest"), SubmitRequest())
     assert validate_request(config(image="radixark/miles:latest", allow_unpinned=True), SubmitRequest()).image

@@ -46,6 +46,21 @@ def split_aside(argv: list[str]) -> tuple[list[str], dict[str, str | None]]:
     return rest, split
 
 
+def effective(split: dict[str, str | None], gpus_per_node: int) -> dict[str, str | None]:
+    """The split Miles runs with (miles/utils/arguments.py): its defaults for an omitted flag (8 GPUs per node and
+    per actor node, 1 GPU per engine) and, colocated, rollout on every trainer GPU whatever --rollout-num-gpus says.
+    Launchers differ only in which of these they spell out; direct mode spells out all but the colocated one."""
+    out = {"--num-gpus-per-node": "8", "--actor-num-gpus-per-node": "8", "--rollout-num-gpus-per-engine": "1", **split}
+    if "--colocate" in out:
+        out.pop("--rollout-num-gpus", None)
+    assert out["--num-gpus-per-node"] == str(gpus_per_node), "the capture ran on nodes of another size"
+    return out
+
+
+def in_launcher_range(recipe, nodes: int) -> bool:
+    return (recipe.launcher_min_nodes or 1) <= nodes <= (recipe.launcher_max_nodes or nodes)
+
+
 def our_job(cap: dict):
     paths = cap["paths"]
     mount = "/capture"
@@ -80,20 +95,34 @@ def test_direct_job_equals_the_upstream_launchers(path):
     recipe = BUILTIN[cap["recipe"]]
     if cap["refused"]:
         # The launcher has no layout for this size; our catalog says so (launcher mode refuses it too).
-        assert recipe.launcher_max_nodes is not None and cap["nodes"] > recipe.launcher_max_nodes, cap["refused"]
+        assert not in_launcher_range(recipe, cap["nodes"]), cap["refused"]
         return
     theirs_rest, theirs_split = split_aside(cap["entrypoint_argv"])
+    if not in_launcher_range(recipe, cap["nodes"]):
+        # Below/above the sizes the catalog says: the launcher submits another layout here (a debug run, its own
+        # fixed node count), so its flags are not the catalog's -- and the catalog's range is not too narrow.
+        catalog = [*recipe.model_args, *recipe.train_args]
+        assert (theirs_rest[2:] != [t.replace("{model_dir}", cap["paths"]["model_dir"]) for t in catalog]
+                or theirs_split.get("--actor-num-nodes") != str(cap["nodes"])), "the launcher's own layout"
+        return
     try:
         job = our_job(cap)
     except PlanError as e:
-        # The launcher ignores --num-nodes and submits its own fixed split; the planner refuses the size instead.
-        assert recipe.default_layout == "disaggregated", e
-        need = int(theirs_split["--actor-num-nodes"]) + int(theirs_split["--rollout-num-gpus"]) // cap["gpus_per_node"]
-        assert cap["nodes"] < need and "infeasible" in str(e)
+        if recipe.default_layout == "disaggregated":
+            # The launcher ignores --num-nodes and submits its own fixed split; the planner refuses the size.
+            need = (int(theirs_split["--actor-num-nodes"])
+                    + int(theirs_split["--rollout-num-gpus"]) // cap["gpus_per_node"])
+            assert cap["nodes"] < need and "infeasible" in str(e)
+        else:
+            # The launcher submits a colocated job on this size that Megatron cannot lay out (e.g. TP*PP*CP = 256
+            # on 8 GPUs); the planner refuses it with a divisibility rule instead of submitting it.
+            assert theirs_split.get("--actor-num-nodes") == str(cap["nodes"]) and "--colocate" in theirs_split
+            assert any(f"[{rule}]" in str(e) for rule in (
+                "model-parallel-divides-trainer", "moe-parallel-divides-trainer", "gbs-divisible-by-dp")), e
         return
     ours_rest, ours_split = split_aside(shlex.split(job.entrypoint))
     assert ours_rest == theirs_rest
-    assert ours_split == theirs_split
+    assert effective(ours_split, cap["gpus_per_node"]) == effective(theirs_split, cap["gpus_per_node"])
     ours_env = {k: v for k, v in job.runtime_env["env_vars"].items() if k not in MILES_RAY_ENV}
     assert ours_env == cap["runtime_env"]["env_vars"]
     assert set(job.runtime_env) == set(cap["runtime_env"]) == {"env_vars"}
@@ -106,12 +135,18 @@ def test_catalog_fields_agree_with_the_launchers_flags():
         if not recipe.train_args:
             continue
         flags = recipe.flag_values()
-        assert int(flags["--tensor-model-parallel-size"]) == recipe.tensor_parallel, recipe.name
-        assert int(flags["--global-batch-size"]) == recipe.global_batch_size, recipe.name
-        assert int(flags["--num-attention-heads"]) == recipe.attention_heads, recipe.name
+        if recipe.train_backend == "megatron":
+            assert int(flags["--tensor-model-parallel-size"]) == recipe.tensor_parallel, recipe.name
+            assert int(flags["--num-attention-heads"]) == recipe.attention_heads, recipe.name
+        gbs = flags.get("--global-batch-size")  # else Miles derives it from --num-steps-per-rollout
+        gbs = int(gbs) if gbs else recipe.samples_per_rollout // int(flags["--num-steps-per-rollout"])
+        assert gbs == recipe.global_batch_size, recipe.name
         assert flags["--hf-checkpoint"].rstrip("/") == "{model_dir}/" + recipe.hf_dir, recipe.name
-        assert flags["--ref-load"] == "{model_dir}/" + recipe.megatron_dir, recipe.name
+        assert flags.get("--ref-load") == (recipe.megatron_dir and "{model_dir}/" + recipe.megatron_dir), recipe.name
         assert flags["--prompt-data"] == "{data_dir}/" + recipe.train_data, recipe.name
+        evals = [*recipe.train_args, None][recipe.train_args.index("--eval-prompt-data") + 2:][:1] \
+            if "--eval-prompt-data" in recipe.train_args else [None]
+        assert evals[0] == (recipe.eval_data and "{data_dir}/" + recipe.eval_data), recipe.name
 
 
 def test_submitting_environment_is_read_only_for_the_launchers_keys():
