@@ -44,17 +44,54 @@ def _fill(token: str, values: dict[str, str]) -> str:
     return token
 
 
+def filled_train_args(cfg: MilesRayConfig, recipe: Recipe, output_dir: str, run_id: str) -> list[str]:
+    """The recipe's captured ``train_args`` with the directories filled in (``output_dir`` and ``run_id`` as the
+    launcher's ``--output-dir`` / ``--run-id``)."""
+    values = {"model_dir": cfg.model_dir, "data_dir": cfg.data_dir, "output_dir": output_dir, "run_id": run_id}
+    return [_fill(t, values) for t in recipe.train_args]
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value train.py's parser ends up with for ``flag`` in ``argv`` (``--flag VALUE`` or ``--flag=VALUE``;
+    the last one wins, as with argparse), or None when it is not given."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
+def checkpoint_dirs(argv: list[str]) -> tuple[str | None, str | None]:
+    """(``--save``, ``--load``) of a train.py command line: where Miles writes its checkpoints and where it looks
+    for the one to continue (``<dir>/latest_checkpointed_iteration.txt``; without one it starts from --ref-load)."""
+    return flag_value(argv, "--save"), flag_value(argv, "--load")
+
+
+def set_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """``args`` with every value of ``flag`` replaced by ``value``, or ``flag value`` appended when absent."""
+    out, found = list(args), False
+    for i, arg in enumerate(out):
+        if arg == flag and i + 1 < len(out):
+            out[i + 1], found = value, True
+        elif arg.startswith(flag + "="):
+            out[i], found = f"{flag}={value}", True
+    return out if found else [*out, flag, value]
+
+
 def train_args(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str, run_id: str, *,
-               num_rollout: int | None = None) -> list[str]:
-    """Every ``train.py`` flag the upstream launcher passes for the recipe (its captured ``train_args``, with the
-    directories filled in: ``output_dir`` and ``run_id`` as the launcher's ``--output-dir`` / ``--run-id``), then
-    the planned split flags in place of the launcher's."""
+               num_rollout: int | None = None, load_dir: str | None = None) -> list[str]:
+    """Every ``train.py`` flag the upstream launcher passes for the recipe (:func:`filled_train_args`), then the
+    planned split flags in place of the launcher's. ``load_dir`` (a resumed run: the checkpoint dir of the run it
+    continues) becomes ``--load``'s value, or is added as ``--load`` when the recipe passes none."""
     if not recipe.train_args:
         raise ConfigError(f"recipe {recipe.name!r} has no train_args: direct mode builds train.py's command line "
                           "from them", hint="add model_args and train_args to the recipe (docs/recipes.md), or "
                                             "use --mode launcher")
-    values = {"model_dir": cfg.model_dir, "data_dir": cfg.data_dir, "output_dir": output_dir, "run_id": run_id}
-    args = [_fill(t, values) for t in recipe.train_args]
+    args = filled_train_args(cfg, recipe, output_dir, run_id)
+    if load_dir:
+        args = set_flag(args, "--load", load_dir)
     if num_rollout:
         if "--num-rollout" in args:
             args[args.index("--num-rollout") + 1] = str(num_rollout)
@@ -64,18 +101,22 @@ def train_args(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str,
 
 
 def direct_argv(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str, run_id: str,
-                extra_args: list[str] | None = None, *, num_rollout: int | None = None) -> list[str]:
+                extra_args: list[str] | None = None, *, num_rollout: int | None = None,
+                load_dir: str | None = None) -> list[str]:
     """``python3 <miles root>/train.py <model args> <train flags> <split flags> <extra args>``: the upstream
     launcher's ``ray job submit`` entrypoint, with the model architecture flags inlined as the launcher does
     (from ``scripts/models/<type>.py`` at the pinned commit; nothing is sourced on the node)."""
     return ["python3", str(PurePosixPath(cfg.miles_root) / "train.py"), *recipe.model_args,
-            *train_args(cfg, recipe, plan, output_dir, run_id, num_rollout=num_rollout), *(extra_args or [])]
+            *train_args(cfg, recipe, plan, output_dir, run_id, num_rollout=num_rollout, load_dir=load_dir),
+            *(extra_args or [])]
 
 
 def direct_entrypoint(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str, run_id: str,
-                      extra_args: list[str] | None = None, *, num_rollout: int | None = None) -> str:
+                      extra_args: list[str] | None = None, *, num_rollout: int | None = None,
+                      load_dir: str | None = None) -> str:
     """:func:`direct_argv` as a Ray job entrypoint (a shell command line)."""
-    return shlex.join(direct_argv(cfg, recipe, plan, output_dir, run_id, extra_args, num_rollout=num_rollout))
+    return shlex.join(direct_argv(cfg, recipe, plan, output_dir, run_id, extra_args, num_rollout=num_rollout,
+                                  load_dir=load_dir))
 
 
 def _path_join(*parts: str | None) -> str:

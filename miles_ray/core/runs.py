@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from miles_ray.core.errors import ConfigError
+
 SCHEMA = "miles-ray/run-record/v1"
+# Where a record's checkpoint dirs come from: the job's own train.py command line (direct mode); the one direct mode
+# would run (a rehearsal writes nothing); the catalog's capture of the upstream launcher (launcher mode: the
+# launcher decides); nothing known (launcher mode, a recipe without captured flags).
+CheckpointSource = Literal["job", "rehearsed-job", "launcher-capture", "unknown"]
 
 
 class RunRecord(BaseModel):
@@ -34,6 +43,11 @@ class RunRecord(BaseModel):
     output_dir: str
     resumed_from: str | None = None
     entrypoint: str
+    # where the job saves checkpoints (train.py --save) and loads them from (--load), as known per
+    # checkpoint_dirs_from; a record without checkpoint_dirs_from predates them (<output_dir>/checkpoints assumed)
+    checkpoint_dir: str | None = None
+    load_dir: str | None = None
+    checkpoint_dirs_from: CheckpointSource | None = None
     kube_context: str | None = None  # how a k8s:// address was reached when the run was submitted
     kubeconfig: str | None = None
     polyaxon_run_uuid: str | None = None  # --mode launcher on Kubernetes: the Polyaxon job running the launcher
@@ -62,3 +76,63 @@ def resume_differences(previous: RunRecord, recipe_hash: str, split: dict[str, A
         if old[k] != new[k]:
             diffs.append(f"{k} {old[k]} != {new[k]}")
     return diffs
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """A run's checkpoint dirs as its record knows them: ``save`` (None: it writes none miles-ray knows of),
+    ``load``, ``source`` (a :data:`CheckpointSource`, or ``assumed`` for a record that predates them) and ``note``
+    (one line: how it is known)."""
+
+    save: str | None
+    load: str | None
+    source: str
+    note: str
+
+
+def run_checkpoints(record: Mapping[str, Any]) -> Checkpoints:
+    """Where the run of ``record`` saves and loads checkpoints (see :class:`Checkpoints`)."""
+    source = record.get("checkpoint_dirs_from")
+    save, load = record.get("checkpoint_dir"), record.get("load_dir")
+    if source is None:
+        legacy = f"{str(record['output_dir']).rstrip('/')}/checkpoints"
+        return Checkpoints(legacy, legacy, "assumed", "recorded before miles-ray kept checkpoint dirs: "
+                                                      "<output_dir>/checkpoints assumed")
+    if source == "unknown":
+        note = ("the upstream launcher decides, and recipe "
+                f"{record.get('recipe')} has no captured flags: miles-ray does not know where it saves")
+    elif source == "launcher-capture":
+        note = (f"the upstream launcher decides; its captured job for recipe {record.get('recipe')} saves to "
+                f"{save}" if save else f"the upstream launcher decides; its captured job for recipe "
+                f"{record.get('recipe')} passes no --save (Miles writes no checkpoints)")
+    else:
+        what = "its train.py command line" if source == "job" else \
+            "the train.py command line direct mode would run (a rehearsal writes no checkpoints)"
+        note = f"--save {save} in {what}" if save else f"{what} passes no --save: Miles writes no checkpoints"
+    return Checkpoints(save, load, source, note)
+
+
+@dataclass(frozen=True)
+class ResumeTarget:
+    """What a run resumed from another needs: the output dir it writes to and the checkpoint dir it loads from,
+    where ``<checkpoint_dir>/latest_checkpointed_iteration.txt`` must be (else Miles starts from scratch)."""
+
+    output_dir: str
+    checkpoint_dir: str
+    run: str | None = None  # the run resumed from (None: an output dir no record names)
+
+
+def resume_target(record: Mapping[str, Any]) -> ResumeTarget:
+    """Resuming the run of ``record``: its output dir and the dir it saved checkpoints to. Bad input (exit 2) when
+    the record knows of no checkpoints it saved."""
+    ck = run_checkpoints(record)
+    if not ck.save:
+        raise ConfigError(f"run {record['run']} has no checkpoint dir to resume from: {ck.note}",
+                          hint="resume from a run whose job saves checkpoints (its recipe passes --save, or "
+                               "--extra-args gave one)")
+    return ResumeTarget(output_dir=str(record["output_dir"]), checkpoint_dir=ck.save, run=str(record["run"]))
+
+
+def run_id_of(output_dir: str) -> str:
+    """The launcher's --run-id for an output dir: its last component (a resumed run keeps its dirs' name)."""
+    return PurePosixPath(output_dir).name

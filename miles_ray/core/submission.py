@@ -14,22 +14,23 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from miles_ray.core.builders import ray_auth_env
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, direct_job_env, job_env,
-                                       launcher_argv, launcher_job_operation, rehearsal_entrypoint, submission_id)
+from miles_ray.core.entrypoint import (RUN_NAME, checkpoint_dirs, default_run_name, direct_argv, direct_job_env,
+                                       filled_train_args, job_env, launcher_argv, launcher_job_operation,
+                                       rehearsal_entrypoint, submission_id)
 from miles_ray.core.errors import ConfigError, Conflict
 from miles_ray.core.heads import in_cluster_url, parse_head
 from miles_ray.core.images import ImageRef, check_image
 from miles_ray.core.planner import Plan
 from miles_ray.core.plans import require_feasible, resolve_plan
 from miles_ray.core.recipes import Recipe
-from miles_ray.core.runs import SCHEMA, RunRecord, resume_differences
+from miles_ray.core.runs import SCHEMA, ResumeTarget, RunRecord, resume_differences, resume_target, run_id_of
 from miles_ray.core.secrets import HINT as SECRET_HINT
 from miles_ray.core.secrets import secret_name, secret_value
 
@@ -110,9 +111,7 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
     recipe, plan = resolve_plan(cfg)
     require_feasible(plan)
     if request.mode == "launcher":
-        if not plan.colocate:
-            raise ConfigError("--mode launcher runs the upstream launcher, which is always colocated; this plan is "
-                              f"{plan.layout}", hint="use --mode direct for disaggregated splits")
+        check_launcher_layout(recipe, plan)
         if recipe.launcher_max_nodes and plan.nodes > recipe.launcher_max_nodes:
             raise ConfigError(f"the upstream launcher {recipe.launcher} supports at most {recipe.launcher_max_nodes} "
                               f"node(s)", hint="use --mode direct")
@@ -133,6 +132,27 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
         raise ConfigError("--hold keeps a rehearsal's actors in place; it applies to --rehearse only",
                           hint="add --rehearse, or drop --hold")
     return ValidRequest(request=request, recipe=recipe, plan=plan, image=image, env=parse_env(request.env))
+
+
+def check_launcher_layout(recipe: Recipe, plan: Plan) -> None:
+    """--mode launcher runs the recipe's upstream launcher, which submits its own layout: the recipe's
+    ``default_layout`` (the catalog's are checked against the captures of the launchers), and a disaggregated
+    launcher its own split (``default_actor_nodes`` trainer nodes, ``default_rollout_gpus`` rollout GPUs) whatever
+    --num-nodes says. A plan of another layout or split is refused: the launcher would not run it."""
+    want = recipe.default_layout
+    if plan.layout != want:
+        raise ConfigError(f"--mode launcher runs the upstream launcher {recipe.launcher}, which runs recipe "
+                          f"{recipe.name} {want}; this plan is {plan.layout}",
+                          hint=f"use --mode direct for a {plan.layout} split, or plan --layout {want}")
+    if want == "disaggregated" and (plan.actor_num_nodes, plan.rollout_num_gpus) != (
+            recipe.default_actor_nodes, recipe.default_rollout_gpus):
+        need = (recipe.default_actor_nodes or 0) + -(-(recipe.default_rollout_gpus or 0) // plan.gpus_per_node)
+        raise ConfigError(f"--mode launcher runs the upstream launcher {recipe.launcher}, which runs recipe "
+                          f"{recipe.name} disaggregated on its own split ({recipe.default_actor_nodes} trainer "
+                          f"node(s), {recipe.default_rollout_gpus} rollout GPUs) whatever --num-nodes says; this "
+                          f"plan is {plan.actor_num_nodes} trainer node(s), {plan.rollout_num_gpus} rollout GPUs",
+                          hint=f"use --mode direct for this split, or plan the launcher's: --nodes {need} --layout "
+                               f"disaggregated --rollout-gpus {recipe.default_rollout_gpus}")
 
 
 @dataclass(frozen=True)
@@ -171,7 +191,7 @@ class SubmitJob:
     plan: Plan
     recipe: Recipe
     check_data: bool
-    resume_dir: str | None
+    resume: ResumeTarget | None  # a resumed run: its output dir and the checkpoint dir it loads from
     wait_for_nodes: bool
     timeout: float
     launcher_argv: list[str] | None = None
@@ -224,35 +244,56 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
             reconcile_error = ConfigError(f"run {run!r} was recorded with a different recipe or split and has no job",
                                           hint="pick another --run name")
 
-    output_dir, resumed_from = cfg.output_dir(run), None
+    output_dir, resumed_from, resuming = cfg.output_dir(run), None, None
     if resume is not None:
         diffs = resume_differences(RunRecord.model_validate(resume), recipe.content_hash(), plan.model_dump())
         if diffs and not request.force:
             raise ConfigError(f"--resume-from {resume['run']}: checkpoints were written with a different setup: "
                               + "; ".join(diffs), hint="pass --force to reuse them anyway")
-        output_dir, resumed_from = resume["output_dir"], resume["run"]
+        resuming = resume_target(resume)  # where it saved: the new job loads from there
+        output_dir, resumed_from = resuming.output_dir, resuming.run
 
     in_cluster = in_cluster_url(target.address)
     # The launcher's --run-id: its checkpoints may live under <output dir>/<run id>, so a resumed run keeps the
     # name its output dir was made for.
-    run_id = PurePosixPath(output_dir).name
+    run_id = run_id_of(output_dir)
+    load_dir = resuming.checkpoint_dir if resuming else None
     direct = request.mode == "direct" and not request.rehearse
     env_vars = (direct_job_env(cfg, in_cluster, recipe, environ or {}, valid.env) if direct
                 else job_env(cfg, in_cluster, valid.env))
     runtime_env: dict[str, Any] = {"env_vars": env_vars}
     argv = None
+    # Where the job saves and loads checkpoints: train.py's --save / --load (see miles_ray.core.runs.Checkpoints)
+    ckpt: tuple[str | None, str | None] = (None, None)
     if request.rehearse:
         entrypoint = rehearsal_entrypoint(REHEARSAL_DRIVER, plan, max(10, min(request.timeout, 600)), request.hold,
                                           request.extra_args)
         if target.python != "python3":
             entrypoint = entrypoint.replace("python3", target.python, 1)
         runtime_env["working_dir"] = launchers_dir
+        ckpt_from = "rehearsed-job" if recipe.train_args else "unknown"
+        if recipe.train_args:
+            ckpt = checkpoint_dirs(direct_argv(cfg, recipe, plan, output_dir, run_id, request.extra_args,
+                                               num_rollout=request.num_rollout, load_dir=load_dir))
     elif request.mode == "direct":
-        entrypoint = direct_entrypoint(cfg, recipe, plan, output_dir, run_id, request.extra_args,
-                                       num_rollout=request.num_rollout)
+        job_argv = direct_argv(cfg, recipe, plan, output_dir, run_id, request.extra_args,
+                               num_rollout=request.num_rollout, load_dir=load_dir)
+        entrypoint, ckpt, ckpt_from = shlex.join(job_argv), checkpoint_dirs(job_argv), "job"
     else:
         argv = launcher_argv(cfg, recipe, plan, output_dir, run_id, request.extra_args)
         entrypoint = " ".join(argv)
+        # the launcher builds train.py's command line itself (with --extra-args at its end): what its captured job
+        # passes is what can be known
+        ckpt_from = "launcher-capture" if recipe.train_args else "unknown"
+        if recipe.train_args:
+            ckpt = checkpoint_dirs([*filled_train_args(cfg, recipe, output_dir, run_id), *request.extra_args])
+        if resuming and ckpt[1] != resuming.checkpoint_dir:
+            loads = f"loads from {ckpt[1]}" if ckpt[1] else "passes no --load" if recipe.train_args else \
+                "may load from anywhere (the recipe has no captured flags)"
+            raise ConfigError(f"--resume-from {resumed_from}: the upstream launcher {recipe.launcher} {loads}, not "
+                              f"from {resuming.checkpoint_dir} where run {resumed_from} saved: it would not continue "
+                              "those checkpoints", hint="use --mode direct (it passes --load "
+                                                        f"{resuming.checkpoint_dir})")
     mode = "rehearse" if request.rehearse else request.mode
     record = RunRecord(
         schema=SCHEMA, run=run, cluster=cfg.name, backend=target.backend, address=target.address, submission_id=sid,
@@ -261,7 +302,8 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         model_revision=request.model_revision, dataset_revision=request.dataset_revision, recipe=recipe.name,
         recipe_hash=recipe.content_hash(), recipe_spec=recipe.model_dump(mode="json"),
         split=plan.model_dump(mode="json", include=_RECORDED_SPLIT), output_dir=output_dir,
-        resumed_from=resumed_from, entrypoint=entrypoint, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig,
+        resumed_from=resumed_from, entrypoint=entrypoint, checkpoint_dir=ckpt[0], load_dir=ckpt[1],
+        checkpoint_dirs_from=ckpt_from, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig,
     ).model_dump(by_alias=True)
     metadata = {"miles_ray_run": run, "recipe": recipe.name, "recipe_hash": recipe.content_hash(),
                 "cluster": cfg.name, "mode": mode, "layout": plan.layout,
@@ -280,7 +322,7 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
     return SubmitJob(kind=kind, run=run, submission_id=sid, address=target.address, in_cluster_address=in_cluster,
                      entrypoint=entrypoint, runtime_env=runtime_env, metadata=metadata, record=record,
                      output_dir=output_dir, resumed_from=resumed_from, plan=plan, recipe=recipe,
-                     check_data=check_data, resume_dir=output_dir if resumed_from else None,
+                     check_data=check_data, resume=resuming,
                      wait_for_nodes=request.wait_for_nodes, timeout=request.timeout, launcher_argv=argv,
                      operation=operation, existing=existing, reconcile_error=reconcile_error)
 

@@ -16,7 +16,7 @@ from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entryp
 from miles_ray.core.errors import ConfigError, Conflict, PlanError
 from miles_ray.core.planner import plan_split
 from miles_ray.core.recipes import BUILTIN
-from miles_ray.core.runs import SCHEMA, RunRecord
+from miles_ray.core.runs import SCHEMA, ResumeTarget, RunRecord
 from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, check_head_ray_version, prepare_submit,
                                        validate_request)
 from tests.conftest import DIGEST, IMAGE
@@ -94,7 +94,9 @@ def test_direct_job_is_complete(no_io):
         "miles_commit": "abc123", "model_revision": "m1", "dataset_revision": "d1", "recipe": "Qwen3-4B",
         "recipe_hash": recipe.content_hash(), "output_dir": out, "resumed_from": None, "entrypoint": job.entrypoint}
     assert rec["split"]["miles_args"] == plan.miles_args and rec["recipe_spec"] == recipe.model_dump(mode="json")
-    assert not job.check_data and job.resume_dir is None and job.existing is None and job.operation is None
+    assert (rec["checkpoint_dir"], rec["load_dir"], rec["checkpoint_dirs_from"]) == (
+        f"{out}/checkpoints", f"{out}/checkpoints", "job")
+    assert not job.check_data and job.resume is None and job.existing is None and job.operation is None
 
 
 def test_unnamed_run_gets_a_name_from_recipe_size_and_time(no_io):
@@ -158,8 +160,10 @@ def test_resume_reuses_the_output_dir_of_a_compatible_run(no_io):
     base = prepare(run="base-a")
     job = prepare(run="base-b", resume=base.record)
     assert job.output_dir == job.record["output_dir"] == "/mnt/miles/runs/base-a"
-    assert job.resumed_from == job.record["resumed_from"] == "base-a" and job.resume_dir == "/mnt/miles/runs/base-a"
+    assert job.resumed_from == job.record["resumed_from"] == "base-a"
+    assert job.resume == ResumeTarget("/mnt/miles/runs/base-a", "/mnt/miles/runs/base-a/checkpoints", "base-a")
     assert "--load /mnt/miles/runs/base-a/checkpoints" in job.entrypoint
+    assert job.record["load_dir"] == base.record["checkpoint_dir"] == "/mnt/miles/runs/base-a/checkpoints"
     other = prepare(config(nodes=4), run="base-c", resume=base.record, force=True)
     assert other.output_dir == "/mnt/miles/runs/base-a"
     with pytest.raises(ConfigError, match="different setup") as info:
@@ -193,7 +197,7 @@ def test_disaggregated_split_in_the_job(no_io):
 def test_bad_requests_are_refused(no_io):
     with pytest.raises(PlanError):
         validate_request(config(nodes=3), SubmitRequest())
-    with pytest.raises(ConfigError, match="always colocated"):
+    with pytest.raises(ConfigError, match="which runs recipe Qwen3-4B colocated; this plan is disaggregated"):
         validate_request(config(nodes=4, layout="disaggregated", rollout_nodes=2), SubmitRequest(mode="launcher"))
     with pytest.raises(ConfigError, match="supports at most 1 node"):
         validate_request(config(recipe="Qwen3-30B-A3B", nodes=2), SubmitRequest(mode="launcher"))

@@ -1,0 +1,197 @@
+"""Where a run's checkpoints are: derived from the job itself (train.py's --save / --load in the direct-mode command
+line, the directories resolved), recorded in the run record and read back by every consumer (resume, check-data,
+doctor, register) -- never assumed to be <output_dir>/checkpoints, which only some upstream launchers use
+(others save under <output_dir>/<run id>/checkpoints or elsewhere). Older records without the fields fall back to
+<output_dir>/checkpoints. All pure: the prepare step and the record helpers, no cluster."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from miles_ray.core.config import load_config
+from miles_ray.core.entrypoint import checkpoint_dirs, flag_value, set_flag
+from miles_ray.core.errors import ConfigError, PlanError
+from miles_ray.core.recipes import BUILTIN
+from miles_ray.core.runs import ResumeTarget, run_checkpoints, resume_target
+from miles_ray.core.submission import SubmitRequest, SubmitTarget, prepare_submit, validate_request
+from miles_ray.core.upstream_jobs import JOBS
+
+URL = "http://10.0.0.5:8265"
+CREATED = "2026-08-22T00:00:00+00:00"
+MOUNT = "/mnt/miles"
+CATALOG = sorted(name for name, r in BUILTIN.items() if r.train_args)
+
+
+def config(recipe: str, nodes: int, **over):
+    return load_config({"name": "ck", "namespace": "ml", "recipe": recipe, "nodes": nodes, **over}, environ={})
+
+
+def prepare(cfg, resume=None, **request):
+    valid = validate_request(cfg, SubmitRequest(**request))
+    return prepare_submit(cfg, valid, SubmitTarget("address", URL), created=CREATED, launchers_dir="/unused",
+                          resume=resume)
+
+
+def feasible_nodes(name: str, mode: str = "direct") -> int:
+    """A node count at which ``mode`` takes the recipe (its launcher's range first)."""
+    r = BUILTIN[name]
+    for n in dict.fromkeys([r.launcher_min_nodes or 1, *r.capture_nodes, 1, 2, 4, 8, 16, 32]):
+        try:
+            validate_request(config(name, n), SubmitRequest(mode=mode))
+            return n
+        except (PlanError, ConfigError):
+            continue
+    raise AssertionError(f"no feasible size for {name} in {mode} mode")
+
+
+def template(name: str, flag: str) -> str | None:
+    """The raw --save / --load value of the recipe's captured flags (upstream_jobs), or None."""
+    args = JOBS[name]["train_args"]
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def resolved(value: str | None, out: str, run_id: str) -> str | None:
+    if value is None:
+        return None
+    return value.replace("{output_dir}", out).replace("{run_id}", run_id).replace("{model_dir}", f"{MOUNT}/models")
+
+
+def test_the_catalog_does_not_save_in_one_place():
+    """The reason for all this: the captured launchers disagree on where checkpoints go."""
+    saves = {template(n, "--save") for n in CATALOG}
+    assert {"{output_dir}/checkpoints", "{output_dir}/{run_id}/checkpoints", None} <= saves
+    assert any(s and not s.startswith("{output_dir}") for s in saves)  # e.g. /personal/checkpoints/{run_id}
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_recorded_dirs_are_the_direct_jobs_save_and_load(name):
+    nodes = feasible_nodes(name)
+    job = prepare(config(name, nodes), run="ck-run")
+    argv = shlex.split(job.entrypoint)
+    save = argv[argv.index("--save") + 1] if "--save" in argv else None
+    load = argv[argv.index("--load") + 1] if "--load" in argv else None
+    rec = job.record
+    assert (rec["checkpoint_dir"], rec["load_dir"], rec["checkpoint_dirs_from"]) == (save, load, "job")
+    out = f"{MOUNT}/runs/ck-run"
+    # and that is the capture's template, resolved with this run's output dir and run id
+    assert save == resolved(template(name, "--save"), out, "ck-run")
+    assert load == resolved(template(name, "--load"), out, "ck-run")
+    ck = run_checkpoints(rec)
+    assert (ck.save, ck.load, ck.source) == (save, load, "job")
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_a_rehearsal_records_the_dirs_of_the_job_it_stands_in_for(name):
+    nodes = feasible_nodes(name)
+    direct = prepare(config(name, nodes), run="ck-run").record
+    rehearsal = prepare(config(name, nodes), run="ck-run", rehearse=True).record
+    assert "--save" not in rehearsal["entrypoint"]  # the rehearsal driver writes nothing
+    assert (rehearsal["checkpoint_dir"], rehearsal["load_dir"], rehearsal["checkpoint_dirs_from"]) == (
+        direct["checkpoint_dir"], direct["load_dir"], "rehearsed-job")
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_launcher_mode_records_the_captured_template_and_says_the_launcher_decides(name):
+    nodes = feasible_nodes(name, "launcher")
+    rec = prepare(config(name, nodes), run="ck-run", mode="launcher").record
+    out = f"{MOUNT}/runs/ck-run"
+    assert rec["checkpoint_dirs_from"] == "launcher-capture"
+    assert rec["checkpoint_dir"] == resolved(template(name, "--save"), out, "ck-run")
+    assert "the upstream launcher decides" in run_checkpoints(rec).note
+
+
+def test_a_recipe_without_save_records_none_and_cannot_be_resumed():
+    """gpt-oss-20b's launcher passes no --save: the record says so, and resuming from it (submit, check-data)
+    is refused with that reason instead of looking for a tracker in a directory nothing writes."""
+    assert template("gpt-oss-20b", "--save") is None
+    job = prepare(config("gpt-oss-20b", feasible_nodes("gpt-oss-20b")), run="oss-a")
+    rec = job.record
+    assert (rec["checkpoint_dir"], rec["load_dir"], rec["checkpoint_dirs_from"]) == (None, None, "job")
+    ck = run_checkpoints(rec)
+    assert ck.save is None and "passes no --save: Miles writes no checkpoints" in ck.note
+    with pytest.raises(ConfigError, match="run oss-a has no checkpoint dir to resume from: .*passes no --save"):
+        resume_target(rec)
+    with pytest.raises(ConfigError, match="no checkpoint dir to resume from"):
+        prepare(config("gpt-oss-20b", feasible_nodes("gpt-oss-20b")), run="oss-b", resume=rec)
+    # the job's own command line decides: a --save given through --extra-args is what is recorded
+    saved = prepare(config("gpt-oss-20b", feasible_nodes("gpt-oss-20b")), run="oss-c",
+                    extra_args=["--save", "/mnt/miles/runs/oss-c/ckpt", "--save-interval", "10"]).record
+    assert saved["checkpoint_dir"] == "/mnt/miles/runs/oss-c/ckpt"
+    assert resume_target(saved) == ResumeTarget("/mnt/miles/runs/oss-c", "/mnt/miles/runs/oss-c/ckpt", "oss-c")
+
+
+def test_a_record_from_before_falls_back_to_output_dir_checkpoints():
+    rec = prepare(config("Qwen3-30B-A3B", 1), run="old-a").record
+    for key in ("checkpoint_dir", "load_dir", "checkpoint_dirs_from"):
+        rec.pop(key)
+    ck = run_checkpoints(rec)
+    assert (ck.save, ck.load, ck.source) == (f"{MOUNT}/runs/old-a/checkpoints",) * 2 + ("assumed",)
+    assert "<output_dir>/checkpoints assumed" in ck.note
+    assert resume_target(rec).checkpoint_dir == f"{MOUNT}/runs/old-a/checkpoints"
+
+
+# -- resume: the new job loads from where the previous one saved ---------------------------------------
+
+def load_of(job) -> list[str]:
+    argv = shlex.split(job.entrypoint)
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--load"]
+
+
+def test_resume_loads_from_the_previous_runs_checkpoint_dir_under_its_run_id():
+    base = prepare(config("Qwen3-30B-A3B", 1), run="moe-a")
+    assert base.record["checkpoint_dir"] == f"{MOUNT}/runs/moe-a/moe-a/checkpoints"
+    job = prepare(config("Qwen3-30B-A3B", 1), run="moe-b", resume=base.record)
+    assert load_of(job) == [base.record["checkpoint_dir"]] and job.record["load_dir"] == base.record["checkpoint_dir"]
+    assert job.record["checkpoint_dir"] == base.record["checkpoint_dir"]  # it keeps saving there
+    assert job.resume == ResumeTarget(f"{MOUNT}/runs/moe-a", base.record["checkpoint_dir"], "moe-a")
+
+
+@pytest.mark.parametrize("name, before", [
+    ("Qwen3-4B-CP4", [f"{MOUNT}/models/Qwen3-4B_torch_dist"]),  # its --load is the base model
+    ("Nemotron-3-Nano-4B", []),  # it passes no --load
+])
+def test_resume_replaces_or_adds_load_when_the_recipe_loads_elsewhere(name, before):
+    nodes = feasible_nodes(name)
+    base = prepare(config(name, nodes), run="r-a")
+    assert load_of(base) == before
+    job = prepare(config(name, nodes), run="r-b", resume=base.record)
+    assert load_of(job) == [base.record["checkpoint_dir"]] == [job.record["load_dir"]]
+    # launcher mode: the launcher passes its own --load; it would not continue the checkpoints, so it is refused
+    if BUILTIN[name].launcher_min_nodes is None or nodes >= BUILTIN[name].launcher_min_nodes:
+        with pytest.raises(ConfigError, match=r"the upstream launcher .* not from .* where run r-a saved"):
+            prepare(config(name, nodes), run="r-c", resume=base.record, mode="launcher")
+
+
+def test_resume_in_launcher_mode_when_the_launcher_loads_where_it_saved():
+    base = prepare(config("Qwen3-30B-A3B", 1), run="moe-a", mode="launcher")
+    job = prepare(config("Qwen3-30B-A3B", 1), run="moe-b", resume=base.record, mode="launcher")
+    assert job.record["load_dir"] == base.record["checkpoint_dir"] == f"{MOUNT}/runs/moe-a/moe-a/checkpoints"
+    assert "--run-id moe-a" in job.entrypoint and f"--output-dir {MOUNT}/runs/moe-a" in job.entrypoint
+
+
+def test_forced_resume_across_recipes_loads_from_the_previous_dir():
+    base = prepare(config("Qwen3-4B", 2), run="x-a")
+    job = prepare(config("Qwen3-30B-A3B", 1), run="x-b", resume=base.record, force=True)
+    assert load_of(job) == [f"{MOUNT}/runs/x-a/checkpoints"]
+
+
+def test_resume_from_a_record_from_before_loads_from_output_dir_checkpoints():
+    base = prepare(config("Qwen3-30B-A3B", 1), run="old-a").record
+    base = {k: v for k, v in base.items() if k not in ("checkpoint_dir", "load_dir", "checkpoint_dirs_from")}
+    job = prepare(config("Qwen3-30B-A3B", 1), run="old-b", resume=json.loads(json.dumps(base)))
+    assert load_of(job) == [f"{MOUNT}/runs/old-a/checkpoints"]
+
+
+# -- the flag helpers ---------------------------------------------------------------------------------
+
+def test_flag_value_follows_argparse():
+    argv = ["train.py", "--save", "/a", "--save-interval", "20", "--load=/b", "--save", "/c"]
+    assert flag_value(argv, "--save") == "/c" and flag_value(argv, "--load") == "/b"
+    assert flag_value(argv, "--ref-load") is None and flag_value(["--save"], "--save") is None
+    assert checkpoint_dirs(argv) == ("/c", "/b")
+    assert set_flag(["--load", "/x", "--lr", "1"], "--load", "/y") == ["--load", "/y", "--lr", "1"]
+    assert set_flag(["--load=/x"], "--load", "/y") == ["--load=/y"]
+    assert set_flag(["--lr", "1"], "--load", "/y") == ["--lr", "1", "--load", "/y"]
