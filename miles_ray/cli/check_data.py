@@ -16,7 +16,7 @@ from miles_ray.core.recipes import get_recipe
 from miles_ray.services.datacheck import check_data_at
 
 AddressOpt = Annotated[Optional[str], typer.Option("--address", help="the Ray head: dashboard / Jobs API URL, k8s://NAMESPACE/RAYCLUSTER (a port-forward) or local://NAME (default: $RAY_ADDRESS, ray_address, or the cluster made by 'up')", show_default=False)]
-ResumeOpt = Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR to resume: also require <dir>/checkpoints/latest_checkpointed_iteration.txt", show_default=False)]
+ResumeOpt = Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR to resume: also require latest_checkpointed_iteration.txt in the checkpoint dir it saved to (its recorded --save)", show_default=False)]
 
 
 def report_table(rep: dict) -> None:
@@ -31,7 +31,7 @@ def report_table(rep: dict) -> None:
         out.print(f"[red]✗[/] {line}")
     if rep["ok"]:
         out.print(f"[green]✓[/] every node sees the model, data and output storage under {rep['mount_path']}"
-                  + (f" and the checkpoint tracker in {rep['resume_output_dir']}" if rep.get("resume_output_dir") else ""))
+                  + (f" and the checkpoint tracker in {rep['resume_checkpoint_dir']}" if rep.get("resume_checkpoint_dir") else ""))
 
 
 def check_data_cmd(
@@ -52,7 +52,9 @@ def check_data_cmd(
     output storage is writable and shared (a token written on one node is read on the others).
 
     Paths: <mount>/<models_dir>/<recipe HF dir> and <..._torch_dist>, the training and eval data, the output
-    dir's parent; with --resume-from also <output dir>/checkpoints/latest_checkpointed_iteration.txt.
+    dir's parent; with --resume-from also latest_checkpointed_iteration.txt in the checkpoint dir that run saved
+    to (the --save of its job, from its run record; a record from before miles-ray kept it: <output dir>/checkpoints;
+    an output DIR no record names: where the recipe's job saves for it). A run that saves no checkpoints is refused.
     Every missing path on every node is reported at once. Exit 0 all present, 4 anything missing.
 
     Example:

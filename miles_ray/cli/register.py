@@ -21,7 +21,7 @@ class CheckVia(str, Enum):
 
 def register_cmd(
     run: Annotated[str, typer.Argument(metavar="RUN", help="the run whose checkpoint to register", show_default=False)],
-    checkpoint: Annotated[int, typer.Option("--checkpoint", min=0, help="checkpoint iteration: <output_dir>/checkpoints/iter_<ITER:07d>", show_default=False)],
+    checkpoint: Annotated[int, typer.Option("--checkpoint", min=0, help="checkpoint iteration: <the run's checkpoint dir (its --save)>/iter_<ITER:07d>", show_default=False)],
     version: Annotated[Optional[str], typer.Option("--version", help="model version name [default: RUN-iter-ITER]", show_default=False)] = None,
     hf_dir: Annotated[Optional[str], typer.Option("--hf-dir", help="the HF export to register with it [default: the run's --save-hf, if any]", show_default=False)] = None,
     tag: Annotated[Optional[list[str]], typer.Option("--tag", help="extra tag (repeatable)", show_default=False)] = None,

@@ -19,6 +19,7 @@ from typing import Any
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.recipes import Recipe
+from miles_ray.core.runs import ResumeTarget
 
 RESULT_PREFIX = "MILES_RAY_PROBE_RESULT "
 CHECK_DATA_SPEC_ENV = "CHECK_DATA_SPEC"
@@ -62,9 +63,10 @@ def parse_result(log_text: str) -> dict[str, Any] | None:
 
 # -- check-data -------------------------------------------------------------------------------------
 
-def check_data_spec(cfg: MilesRayConfig, recipe: Recipe, resume_output_dir: str | None = None,
+def check_data_spec(cfg: MilesRayConfig, recipe: Recipe, resume: ResumeTarget | None = None,
                     timeout: float = 60) -> dict[str, Any]:
-    """The payload's spec: every path it checks, as the launcher will see them."""
+    """The payload's spec: every path it checks, as the launcher will see them (``resume``: a resumed run's output
+    dir and the checkpoint dir it loads from, where the tracker must be)."""
     model_dir, data_dir = PurePosixPath(cfg.model_dir), PurePosixPath(cfg.data_dir)
     inputs = [
         ("HF model (SGLang, tokenizer)", str(model_dir / recipe.hf_dir)),
@@ -76,9 +78,9 @@ def check_data_spec(cfg: MilesRayConfig, recipe: Recipe, resume_output_dir: str 
         inputs.append(("evaluation data", str(data_dir / recipe.eval_data)))
     output_parent = str(PurePosixPath(cfg.mount_path) / cfg.runs_dir)
     tracker = None
-    if resume_output_dir:
-        tracker = str(PurePosixPath(resume_output_dir) / "checkpoints" / "latest_checkpointed_iteration.txt")
-        output_parent = str(PurePosixPath(resume_output_dir).parent)
+    if resume:
+        tracker = str(PurePosixPath(resume.checkpoint_dir) / "latest_checkpointed_iteration.txt")
+        output_parent = str(PurePosixPath(resume.output_dir).parent)
     return {"mount_path": cfg.mount_path, "inputs": inputs, "output_parent": output_parent, "tracker": tracker,
             "timeout": timeout}
 
@@ -93,11 +95,11 @@ def comm_check_bound(timeout: float) -> float:
     return 3 * timeout + 60
 
 
-def check_data_probe(cfg: MilesRayConfig, recipe: Recipe, resume_output_dir: str | None, timeout: float,
+def check_data_probe(cfg: MilesRayConfig, recipe: Recipe, resume: ResumeTarget | None, timeout: float,
                      token: str) -> Probe:
     """The preflight job: four bounded rounds of per-node tasks, plus job start-up (runtime env upload, driver
     start)."""
-    spec = check_data_spec(cfg, recipe, resume_output_dir, timeout)
+    spec = check_data_spec(cfg, recipe, resume, timeout)
     return Probe(kind="check-data", payload="check_data.py", submission_id=probe_id("check-data", cfg.name, token),
                  timeout=check_data_bound(timeout), env={CHECK_DATA_SPEC_ENV: json.dumps(spec)},
                  metadata={"miles_ray": "check-data", "cluster": cfg.name})
@@ -113,13 +115,16 @@ def missing_line(node: dict[str, Any], missing: dict[str, Any]) -> str:
 
 
 def check_data_report(result: dict[str, Any], cfg: MilesRayConfig, recipe: Recipe,
-                      resume_output_dir: str | None) -> dict[str, Any]:
+                      resume: ResumeTarget | None) -> dict[str, Any]:
     """The payload's answer as check-data's report: ``ok``, ``nodes`` (per node: checks with evidence,
-    ``missing``), ``missing`` (every problem, one line each, per node), ``same_storage``."""
+    ``missing``), ``missing`` (every problem, one line each, per node), ``same_storage``, and for a resume the
+    output dir and the checkpoint dir whose tracker was checked."""
     missing = [missing_line(n, m) for n in result["nodes"] for m in n.get("missing", [])]
     if not result["nodes"]:
         missing.append("no alive head or GPU worker node answered")
-    return {"recipe": recipe.name, "mount_path": cfg.mount_path, "resume_output_dir": resume_output_dir,
+    return {"recipe": recipe.name, "mount_path": cfg.mount_path,
+            "resume_output_dir": resume.output_dir if resume else None,
+            "resume_checkpoint_dir": resume.checkpoint_dir if resume else None,
             "ok": bool(result["ok"]) and not missing, "missing": missing, "nodes": result["nodes"],
             "same_storage": result["same_storage"], "seconds": result.get("seconds")}
 
@@ -137,16 +142,13 @@ def comm_check_probe(cfg: MilesRayConfig, size_mb: float, timeout: float, token:
 
 # -- a run's checkpoints ----------------------------------------------------------------------------
 
-def checkpoints_root(output_dir: str) -> str:
-    return f"{output_dir.rstrip('/')}/checkpoints"
-
-
-def checkpoint_list_probe(record: dict[str, Any], extra_paths: list[str], token: str,
+def checkpoint_list_probe(root: str, record: dict[str, Any], extra_paths: list[str], token: str,
                           timeout: float = 120) -> Probe:
-    """List ``<output_dir>/checkpoints`` (``iter_*`` dirs, the tracker) on a GPU worker of the run's cluster, and
-    whether each of ``extra_paths`` is a directory there."""
+    """List the run's checkpoint dir ``root`` (``iter_*`` dirs, the tracker; see
+    :func:`miles_ray.core.runs.run_checkpoints`) on a GPU worker of the run's cluster, and whether each of
+    ``extra_paths`` is a directory there."""
     return Probe(kind="ckpt", payload="list_checkpoints.py", submission_id=probe_id("ckpt", record["cluster"], token),
-                 timeout=timeout, args=[checkpoints_root(record["output_dir"]), *extra_paths],
+                 timeout=timeout, args=[root, *extra_paths],
                  env={"PYTHONUNBUFFERED": "1"}, metadata={"miles_ray": "checkpoint-list", "run": record["run"]})
 
 

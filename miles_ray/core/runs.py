@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -9,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from miles_ray.core.entrypoint import checkpoint_dirs
 from miles_ray.core.errors import ConfigError
 
 SCHEMA = "miles-ray/run-record/v1"
@@ -95,6 +97,11 @@ def run_checkpoints(record: Mapping[str, Any]) -> Checkpoints:
     source = record.get("checkpoint_dirs_from")
     save, load = record.get("checkpoint_dir"), record.get("load_dir")
     if source is None:
+        argv = _split(record.get("entrypoint")) if record.get("mode") == "direct" else []
+        save, load = checkpoint_dirs(argv)
+        if save:  # a direct-mode job says it itself
+            return Checkpoints(save, load, "entrypoint", "recorded before miles-ray kept checkpoint dirs: --save "
+                                                         f"{save} read from its train.py command line")
         legacy = f"{str(record['output_dir']).rstrip('/')}/checkpoints"
         return Checkpoints(legacy, legacy, "assumed", "recorded before miles-ray kept checkpoint dirs: "
                                                       "<output_dir>/checkpoints assumed")
@@ -110,6 +117,13 @@ def run_checkpoints(record: Mapping[str, Any]) -> Checkpoints:
             "the train.py command line direct mode would run (a rehearsal writes no checkpoints)"
         note = f"--save {save} in {what}" if save else f"{what} passes no --save: Miles writes no checkpoints"
     return Checkpoints(save, load, source, note)
+
+
+def _split(command: str | None) -> list[str]:
+    try:
+        return shlex.split(command or "")
+    except ValueError:
+        return []
 
 
 @dataclass(frozen=True)

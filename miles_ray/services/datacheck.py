@@ -13,47 +13,59 @@ from typing import Any, Callable
 from miles_ray.adapters import state
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.entrypoint import checkpoint_dirs, filled_train_args
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.probes import check_data_probe, check_data_report
 from miles_ray.core.recipes import Recipe
+from miles_ray.core.runs import ResumeTarget, resume_target, run_id_of
 from miles_ray.services.heads import resolve_address
 from miles_ray.services.probes import payload_python, probe_token, run_probe
 
 Progress = Callable[[str], None] | None
 
 
-def resume_dir(resume_from: str | None) -> str | None:
-    """--resume-from RUN|DIR -> the output dir whose checkpoints a resumed run would load."""
+def resume_of(cfg: MilesRayConfig, recipe: Recipe, resume_from: str | None) -> ResumeTarget | None:
+    """--resume-from RUN|DIR -> the output dir a resumed run writes to and the checkpoint dir it loads from: the
+    dir the run's record says it saved to (an output dir: the run recorded with it; with no record, where
+    ``recipe``'s job saves for that output dir). Bad input (exit 2) when no checkpoint dir is known."""
     if not resume_from:
         return None
-    if "/" in resume_from:
-        p = PurePosixPath(resume_from)
-        if not p.is_absolute():
-            raise ConfigError(f"--resume-from {resume_from}: an output dir must be an absolute path")
-        return str(p)
-    return state.load_record(resume_from)["output_dir"]
+    if "/" not in resume_from:
+        return resume_target(state.load_record(resume_from))
+    p = PurePosixPath(resume_from)
+    if not p.is_absolute():
+        raise ConfigError(f"--resume-from {resume_from}: an output dir must be an absolute path")
+    record = state.find_record_by_output_dir(str(p))
+    if record is not None:
+        return resume_target(record)
+    save = checkpoint_dirs(filled_train_args(cfg, recipe, str(p), run_id_of(str(p))))[0]
+    if not save:
+        raise ConfigError(f"--resume-from {resume_from}: no run is recorded with that output dir and recipe "
+                          f"{recipe.name}'s job passes no --save, so there is no checkpoint dir to check",
+                          hint="pass the run name, or the recipe the run used (--recipe)")
+    return ResumeTarget(output_dir=str(p), checkpoint_dir=save)
 
 
-def check_data(cfg: MilesRayConfig, url: str, recipe: Recipe, resume_output_dir: str | None = None, *,
+def check_data(cfg: MilesRayConfig, url: str, recipe: Recipe, resume: ResumeTarget | None = None, *,
                timeout: float = 60, python: str = "python3", progress: Progress = None) -> dict[str, Any]:
     """Run the preflight probe on the head at ``url`` (an http URL). Returns the report: ``ok``, ``nodes`` (per
     node: checks with evidence, ``missing``), ``missing`` (every problem, one line each, per node),
     ``same_storage``, ``job``. A typed error when the job cannot run, times out (it is stopped) or gives no
     result."""
-    probe = check_data_probe(cfg, recipe, resume_output_dir, timeout, probe_token())
+    probe = check_data_probe(cfg, recipe, resume, timeout, probe_token())
     if progress:
         progress(f"checking {cfg.mount_path} on every node of {url} (job {probe.submission_id})")
     ran = run_probe(url, probe, python)
-    return {"address": url, "job": ran["job"], **check_data_report(ran["result"], cfg, recipe, resume_output_dir)}
+    return {"address": url, "job": ran["job"], **check_data_report(ran["result"], cfg, recipe, resume)}
 
 
 def check_data_at(cfg: MilesRayConfig, recipe: Recipe, *, address: str | None, backend: str,
                   resume_from: str | None, timeout: float, progress: Progress = None) -> dict[str, Any]:
     """``miles-ray check-data``: resolve the head (``--address`` -- a URL, ``k8s://NS/NAME`` or ``local://NAME`` --
     or the cluster made by up), reach it (a port-forward for a Kubernetes head) and run the preflight there."""
-    resume_output_dir = resume_dir(resume_from)
+    resume = resume_of(cfg, recipe, resume_from)
     _, head = resolve_address(cfg, address, backend)
     with open_head(head, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
-        report = check_data(cfg, url, recipe, resume_output_dir, timeout=timeout, python=payload_python(head),
+        report = check_data(cfg, url, recipe, resume, timeout=timeout, python=payload_python(head),
                             progress=progress)
     return {**report, "address": head}

@@ -197,7 +197,7 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
                                        allow_drift=allow_miles_drift, progress=progress)
         job = replace(job, record={**job.record, "miles_commit": version.image, "miles_version": version.record()})
     if job.check_data:
-        report = run_data_check(cfg, url, job.recipe, job.resume_dir, python=payload_python(job.address),
+        report = run_data_check(cfg, url, job.recipe, job.resume, python=payload_python(job.address),
                                 progress=progress)
         if not report.get("ok"):
             missing = report.get("missing") or []

@@ -11,8 +11,12 @@ Before anything is written, the checkpoint must exist where the run wrote it. Wh
   here. A probe job (``launchers/list_checkpoints.py``, through the one probe runner) goes to the run's head
   (a Kubernetes head through a port-forward); its driver schedules one task with 0.01 CPU on a GPU worker (the
   nodes that write checkpoints; the head advertises no CPUs, so the task cannot land there) and falls back to
-  listing on the driver itself when no worker has room. It lists ``<output_dir>/checkpoints`` and reports the
+  listing on the driver itself when no worker has room. It lists the run's checkpoint dir and reports the
   ``iter_*`` directories and ``latest_checkpointed_iteration.txt``.
+
+The checkpoint dir is the one the run record says the job saves to (``checkpoint_dir``: the ``--save`` of its
+train.py command line, see :func:`miles_ray.core.runs.run_checkpoints`); a record from before miles-ray kept it
+falls back to ``<output_dir>/checkpoints``; a run that saves none is refused.
 
 Polyaxon side (polyaxon 2.18 ``ProjectClient.register_model_version``): with a Polyaxon run uuid in the
 run record, the checkpoint (and HF dir) are first logged as MODEL lineage on that run, then the version
@@ -35,6 +39,7 @@ from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.probes import checkpoint_list_probe
+from miles_ray.core.runs import run_checkpoints
 from miles_ray.services.probes import payload_python, probe_token, run_probe
 
 Progress = Callable[[str], None] | None
@@ -44,8 +49,17 @@ VERSION_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{0,62}$")
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 
 
-def checkpoint_dir(output_dir: str, iteration: int) -> str:
-    return f"{output_dir.rstrip('/')}/checkpoints/iter_{iteration:07d}"
+def checkpoint_root(record: dict[str, Any]) -> str:
+    """The dir the run saves checkpoints to (from its record); bad input when it saves none miles-ray knows of."""
+    ck = run_checkpoints(record)
+    if not ck.save:
+        raise ConfigError(f"run {record['run']} has no checkpoint dir: {ck.note}",
+                          hint="register a checkpoint of a run whose job saves checkpoints (--save)")
+    return ck.save
+
+
+def checkpoint_dir(root: str, iteration: int) -> str:
+    return f"{root.rstrip('/')}/iter_{iteration:07d}"
 
 
 def hf_dir_from_entrypoint(entrypoint: str, iteration: int) -> str | None:
@@ -66,8 +80,8 @@ def hf_dir_from_entrypoint(entrypoint: str, iteration: int) -> str | None:
         return None
 
 
-def list_checkpoints_local(output_dir: str, extra: list[str]) -> dict[str, Any]:
-    root = Path(output_dir) / "checkpoints"
+def list_checkpoints_local(checkpoint_root: str, extra: list[str]) -> dict[str, Any]:
+    root = Path(checkpoint_root)
     out: dict[str, Any] = {"root": str(root), "exists": root.is_dir(), "iterations": [], "latest": None,
                            "where": "this machine (local backend: the workers share its filesystem)"}
     if out["exists"]:
@@ -83,9 +97,9 @@ def list_checkpoints_local(output_dir: str, extra: list[str]) -> dict[str, Any]:
 
 def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120,
                                 kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
-    """List ``<output_dir>/checkpoints`` through a probe job on the run's head (see module doc);
+    """List the run's checkpoint dir through a probe job on the run's head (see module doc);
     ``kube_context``/``kubeconfig`` override what the record kept."""
-    probe = checkpoint_list_probe(record, extra, probe_token(), timeout)
+    probe = checkpoint_list_probe(checkpoint_root(record), record, extra, probe_token(), timeout)
     try:
         with open_head(record["address"], kube_context=kube_context or record.get("kube_context"),
                        kubeconfig=kubeconfig or record.get("kubeconfig")) as url:
@@ -120,7 +134,8 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
     version = _check_request(run, iteration, version, tags, host)
     record = state.load_record(run)
     api = PolyaxonApi(host)
-    ckpt = checkpoint_dir(record["output_dir"], iteration)
+    root = checkpoint_root(record)
+    ckpt = checkpoint_dir(root, iteration)
     explicit_hf = hf_dir is not None
     hf = hf_dir or hf_dir_from_entrypoint(record.get("entrypoint", ""), iteration)
 
@@ -129,7 +144,7 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
     if progress:
         progress(f"looking for {ckpt} ({'on this machine' if via == 'local' else 'through a Ray job on ' + record['address']})")
     extra = [hf] if hf else []
-    listing = list_checkpoints_local(record["output_dir"], extra) if via == "local" else \
+    listing = list_checkpoints_local(root, extra) if via == "local" else \
         list_checkpoints_on_cluster(record, extra, kube_context=kube_context, kubeconfig=kubeconfig)
     iterations = sorted(listing.get("iterations") or [])
     if iteration not in iterations:
@@ -162,6 +177,7 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
                                               "model_revision", "dataset_revision", "ray_version", "output_dir",
                                               "resumed_from", "submission_id", "address", "cluster",
                                               "polyaxon_run_uuid", "created")}
+    provenance["checkpoint_dir"] = root
     provenance["split"] = {k: (record.get("split") or {}).get(k) for k in
                            ("layout", "nodes", "gpus_per_node", "actor_num_nodes", "trainer_gpus", "rollout_num_gpus",
                             "rollout_num_gpus_per_engine")}

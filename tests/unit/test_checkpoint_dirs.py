@@ -123,14 +123,27 @@ def test_a_recipe_without_save_records_none_and_cannot_be_resumed():
     assert resume_target(saved) == ResumeTarget("/mnt/miles/runs/oss-c", "/mnt/miles/runs/oss-c/ckpt", "oss-c")
 
 
+def from_before(record: dict) -> dict:
+    """``record`` as miles-ray wrote it before it kept checkpoint dirs."""
+    return {k: v for k, v in record.items() if k not in ("checkpoint_dir", "load_dir", "checkpoint_dirs_from")}
+
+
 def test_a_record_from_before_falls_back_to_output_dir_checkpoints():
-    rec = prepare(config("Qwen3-30B-A3B", 1), run="old-a").record
-    for key in ("checkpoint_dir", "load_dir", "checkpoint_dirs_from"):
-        rec.pop(key)
+    for mode in ("launcher", "rehearse"):
+        rec = from_before(prepare(config("Qwen3-30B-A3B", 1), run="old-a", mode=mode if mode != "rehearse" else
+                                  "direct", rehearse=mode == "rehearse").record)
+        ck = run_checkpoints(rec)
+        assert (ck.save, ck.load, ck.source) == (f"{MOUNT}/runs/old-a/checkpoints",) * 2 + ("assumed",)
+        assert "<output_dir>/checkpoints assumed" in ck.note
+        assert resume_target(rec).checkpoint_dir == f"{MOUNT}/runs/old-a/checkpoints"
+
+
+def test_a_direct_record_from_before_says_it_in_its_command_line():
+    rec = from_before(prepare(config("Qwen3-30B-A3B", 1), run="old-a").record)
     ck = run_checkpoints(rec)
-    assert (ck.save, ck.load, ck.source) == (f"{MOUNT}/runs/old-a/checkpoints",) * 2 + ("assumed",)
-    assert "<output_dir>/checkpoints assumed" in ck.note
-    assert resume_target(rec).checkpoint_dir == f"{MOUNT}/runs/old-a/checkpoints"
+    assert (ck.save, ck.load, ck.source) == (f"{MOUNT}/runs/old-a/old-a/checkpoints",) * 2 + ("entrypoint",)
+    no_save = from_before(prepare(config("gpt-oss-20b", feasible_nodes("gpt-oss-20b")), run="old-b").record)
+    assert run_checkpoints(no_save).source == "assumed"  # nothing to read: the old assumption
 
 
 # -- resume: the new job loads from where the previous one saved ---------------------------------------
@@ -178,11 +191,13 @@ def test_forced_resume_across_recipes_loads_from_the_previous_dir():
     assert load_of(job) == [f"{MOUNT}/runs/x-a/checkpoints"]
 
 
-def test_resume_from_a_record_from_before_loads_from_output_dir_checkpoints():
-    base = prepare(config("Qwen3-30B-A3B", 1), run="old-a").record
-    base = {k: v for k, v in base.items() if k not in ("checkpoint_dir", "load_dir", "checkpoint_dirs_from")}
+def test_resume_from_a_record_from_before():
+    base = from_before(prepare(config("Qwen3-30B-A3B", 1), run="old-a", rehearse=True).record)
     job = prepare(config("Qwen3-30B-A3B", 1), run="old-b", resume=json.loads(json.dumps(base)))
     assert load_of(job) == [f"{MOUNT}/runs/old-a/checkpoints"]
+    base = from_before(prepare(config("Qwen3-30B-A3B", 1), run="old-c").record)
+    job = prepare(config("Qwen3-30B-A3B", 1), run="old-d", resume=base)
+    assert load_of(job) == [f"{MOUNT}/runs/old-c/old-c/checkpoints"]
 
 
 # -- the flag helpers ---------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
         except ClusterError as e:
             findings.append(finding("container_failures", "startup", PROBLEM, str(e), [],
                                     e.hint or "'miles-ray up --backend local'"))
-    resume, resume_dir = resume_findings(record)
+    resume, resume_target = resume_findings(record)
     with ExitStack() as stack:
         url, unreached = None, None
         if head:
@@ -89,7 +89,7 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
                                             "'miles-ray status' shows why; a recreated head needs its workers to "
                                             "rejoin"))
         findings += resume
-        findings += data_findings(cfg, url, head, record, resume_dir, timeout, progress, unreached)
+        findings += data_findings(cfg, url, head, record, resume_target, timeout, progress, unreached)
         findings += miles_findings(cfg, url, head, record, progress, unreached)
     out["findings"] = findings
     out["problems"] = sum(1 for f in findings if f["status"] == PROBLEM)

@@ -13,6 +13,7 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError
 from miles_ray.core.probes import TRACKER_CHECK, missing_line
 from miles_ray.core.recipes import get_recipe
+from miles_ray.core.runs import ResumeTarget, run_checkpoints
 from miles_ray.services.datacheck import check_data
 from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, finding
 from miles_ray.services.milesversion import read_image_commit
@@ -47,38 +48,51 @@ def check_local_nodes(st: dict) -> dict[str, Any]:
                    f"{st['gpu_node_count']} GPU worker(s)", ev)
 
 
-def resume_findings(record: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str | None]:
-    """From the run record alone: does the run continue the run it resumes from? Returns the findings and the
-    output dir whose checkpoint tracker the data checks must find (None for a fresh run)."""
+def resume_findings(record: dict[str, Any] | None) -> tuple[list[dict[str, Any]], ResumeTarget | None]:
+    """From the run records alone: where the run saves and loads checkpoints (its record: the --save / --load of
+    its job) and, for a resumed run, whether it loads from where the run it resumes from saved. Returns the findings
+    and what the data checks must find (the checkpoint tracker a resumed run loads; None for a fresh run)."""
     if record is None:
         return [], None
-    rev, problems, resume_dir = [f"run {record['run']} output dir {record['output_dir']}"], [], None
-    if record.get("resumed_from"):
-        rev.append(f"resumed from run {record['resumed_from']}")
-        prev = state.read_json(state.record_path(record["resumed_from"]))
-        if prev is None:
-            problems.append(f"the run it resumes from ({record['resumed_from']}) has no record here")
+    run, ck = record["run"], run_checkpoints(record)
+    rev = [f"run {run} output dir {record['output_dir']}",
+           f"saves checkpoints to {ck.save or '(nowhere known)'}, loads from {ck.load or '(no --load)'}: {ck.note}"]
+    prev_name = record.get("resumed_from")
+    if not prev_name:
+        if not ck.save:
+            return [finding("resume", "resume", WARNING, f"run {run} saves no checkpoints miles-ray knows of: it "
+                            "cannot be continued with --resume-from", rev,
+                            "give the job a checkpoint dir (--extra-args '--save DIR --save-interval N') to be able "
+                            "to resume it")], None
+        return [finding("resume", "resume", OK, f"run {run} is a fresh run (no --resume-from) saving checkpoints to "
+                        f"{ck.save}; to continue it later: --resume-from {run}", rev)], None
+    rev.append(f"resumed from run {prev_name}")
+    problems: list[str] = []
+    target = ResumeTarget(record["output_dir"], ck.load, prev_name) if ck.load else None
+    prev = state.read_json(state.record_path(prev_name))
+    if prev is None:
+        problems.append(f"the run it resumes from ({prev_name}) has no record here")
+    else:
+        pck = run_checkpoints(prev)
+        rev += [f"{prev_name} wrote to {prev['output_dir']}",
+                f"{prev_name} saved checkpoints to {pck.save or '(nowhere known)'}: {pck.note}"]
+        if not pck.save:
+            problems.append(f"{prev_name} saves no checkpoints miles-ray knows of ({pck.note})")
         else:
-            rev.append(f"{record['resumed_from']} wrote to {prev['output_dir']}")
-            if prev["output_dir"].rstrip("/") != record["output_dir"].rstrip("/"):
-                problems.append(f"it writes to {record['output_dir']}, not to {prev['output_dir']} where the "
-                                "previous checkpoints are")
-        resume_dir = record["output_dir"]
-    load = f"--load {record['output_dir']}/checkpoints"
-    if record.get("mode") == "direct" and load not in record.get("entrypoint", ""):
-        problems.append(f"its entrypoint lacks '{load}': Miles will not load the checkpoints")
-    if not record.get("resumed_from"):
-        return [finding("resume", "resume", OK, f"run {record['run']} is a fresh run (no --resume-from); "
-                        f"to continue it later: --resume-from {record['run']}", rev)], resume_dir
+            target = ResumeTarget(record["output_dir"], pck.save, prev_name)
+            if (ck.load or "").rstrip("/") != pck.save.rstrip("/"):
+                problems.append(f"it loads from {ck.load or '(no --load)'}, not from {pck.save} where {prev_name} "
+                                "saved its checkpoints: Miles will not continue them")
     if problems:
         return [finding("resume", "resume", PROBLEM, "; ".join(problems), rev,
-                        f"resubmit with --resume-from {record['resumed_from']} so the run reuses its "
-                        "output dir (a new output dir starts from scratch)")], resume_dir
-    return [finding("resume", "resume", OK, "the run points at the previous output dir", rev)], resume_dir
+                        f"resubmit with --resume-from {prev_name} in direct mode: it passes --load with the "
+                        "checkpoint dir that run saved to")], target
+    return [finding("resume", "resume", OK, f"the run loads the checkpoints {prev_name} saved "
+                    f"({target.checkpoint_dir if target else '?'})", rev)], target
 
 
 def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record: dict[str, Any] | None,
-                  resume_dir: str | None, timeout: float, progress: Progress,
+                  resume: ResumeTarget | None, timeout: float, progress: Progress,
                   unreached: str | None = None) -> list[dict[str, Any]]:
     """check-data's checks on the head at ``url`` (None: not reached, ``unreached`` says why)."""
     if url is None or head is None:
@@ -88,7 +102,7 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
     if progress:
         progress(f"running check-data on {head}")
     try:
-        rep = check_data(cfg, url, recipe, resume_dir, timeout=timeout, python=payload_python(head))
+        rep = check_data(cfg, url, recipe, resume, timeout=timeout, python=payload_python(head))
     except ClusterError as e:
         return [finding("data", "data", SKIPPED, f"the data checks could not run: {e}", [],
                         "check the head with 'miles-ray status'")]
@@ -106,17 +120,17 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
     else:
         findings.append(finding("data", "data", OK, "every node sees the model, data and shared output storage",
                                 ev))
-    if resume_dir:
+    if resume:
         if tracker:
             findings.append(finding("resume_tracker", "resume", PROBLEM,
-                                    f"no checkpoint tracker in {resume_dir}/checkpoints: training restarts from "
-                                    "scratch", tracker, "point --resume-from at the run whose output dir holds the "
-                                                        "checkpoints, or wait for its first save (every 20 rollouts)"))
+                                    f"no checkpoint tracker in {resume.checkpoint_dir}: training restarts from "
+                                    "scratch", tracker, "point --resume-from at the run that saved the "
+                                                        "checkpoints, or wait for its first save (its --save-interval)"))
         else:
             its = sorted({c.get("iteration") for n in rep["nodes"] for c in n.get("checks", [])
                           if c["what"] == TRACKER_CHECK and c.get("iteration")})
             findings.append(finding("resume_tracker", "resume", OK, f"checkpoint tracker present (iteration "
-                                    f"{', '.join(its) or '?'})", [f"{resume_dir}/checkpoints"]))
+                                    f"{', '.join(its) or '?'})", [resume.checkpoint_dir]))
     return findings
 
 
