@@ -60,10 +60,10 @@ def check_data(cfg: MilesRayConfig, url: str, recipe: Recipe, resume: ResumeTarg
 
 
 def check_data_at(cfg: MilesRayConfig, recipe: Recipe, *, address: str | None, backend: str,
-                  resume_from: str | None, timeout: float, progress: Progress = None) -> dict[str, Any]:
+                  resume: ResumeTarget | None, timeout: float, progress: Progress = None) -> dict[str, Any]:
     """``miles-ray check-data``: resolve the head (``--address`` -- a URL, ``k8s://NS/NAME`` or ``local://NAME`` --
-    or the cluster made by up), reach it (a port-forward for a Kubernetes head) and run the preflight there."""
-    resume = resume_of(cfg, recipe, resume_from)
+    or the cluster made by up), reach it (a port-forward for a Kubernetes head) and run the preflight there
+    (``resume``: :func:`resume_of` the --resume-from given)."""
     _, head = resolve_address(cfg, address, backend)
     with open_head(head, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
         report = check_data(cfg, url, recipe, resume, timeout=timeout, python=payload_python(head),

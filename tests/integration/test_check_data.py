@@ -133,6 +133,29 @@ def test_resume_needs_the_checkpoint_tracker(env, cli, mount):
     assert len(trackers) == 5 and {c["iteration"] for c in trackers} == {"40"}
 
 
+def test_resume_looks_where_the_run_saved(env, cli, mount):
+    """Qwen3-30B-A3B's launcher saves under <output dir>/<run id>/checkpoints: the run record says so (the --save of
+    the job, here of the direct-mode job a placement rehearsal stands in for), and check-data --resume-from RUN looks
+    for the tracker there -- not in <output dir>/checkpoints."""
+    prepare(mount)
+    code, _, err = cli("submit", "--address", env.address, "--name", "miles-test", "--rehearse", "--nodes", "1",
+                       "--recipe", "Qwen3-30B-A3B", "--run", "moe-a", "-o", "json")
+    assert code == 0, err
+    saved = mount / "runs" / "moe-a" / "moe-a" / "checkpoints"
+    (mount / "runs" / "moe-a" / "checkpoints").mkdir(parents=True)  # the old assumption's dir, with a tracker
+    (mount / "runs" / "moe-a" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("99\n")
+    code, rep, err = check(cli, env.address, "--recipe", "Qwen3-30B-A3B", "--resume-from", "moe-a")
+    assert code == PROBLEMS_FOUND and rep["resume_checkpoint_dir"] == str(saved), (err, rep)
+    missing = [line for line in rep["missing"] if "resume checkpoint tracker" in line]
+    assert len(missing) == 5 and all(f"{saved}/latest_checkpointed_iteration.txt" in line for line in missing)
+    saved.mkdir(parents=True)
+    (saved / "latest_checkpointed_iteration.txt").write_text("40\n")
+    code, rep, err = check(cli, env.address, "--recipe", "Qwen3-30B-A3B", "--resume-from", "moe-a")
+    trackers = [c for n in rep["nodes"] for c in n["checks"] if c["what"] == "resume checkpoint tracker"]
+    assert len(trackers) == 5 and {c["iteration"] for c in trackers} == {"40"}, (err, rep)
+    assert not [line for line in rep["missing"] if "resume checkpoint tracker" in line]
+
+
 def test_service_callable_from_submit(env, mount):
     from miles_ray.core.config import load_config
     from miles_ray.core.recipes import get_recipe

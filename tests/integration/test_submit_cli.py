@@ -222,7 +222,7 @@ def test_launcher_mode_runs_the_upstream_launcher_against_the_head(env, miles_ro
 def test_launcher_mode_refuses_disaggregated(env, cli):
     code, _, err = submit(cli, env.address, "--mode", "launcher", "--nodes", "4", "--layout", "disaggregated",
                           "--rollout-nodes", "2", "--run", "l-dis")
-    assert code == 2 and "always colocated" in err
+    assert code == 2 and "which runs recipe Qwen3-4B colocated; this plan is disaggregated" in err
 
 
 def test_scale_refuses_to_shrink_under_a_running_job(env, cli, miles_root, tmp_path):

@@ -210,3 +210,58 @@ def test_flag_value_follows_argparse():
     assert set_flag(["--load", "/x", "--lr", "1"], "--load", "/y") == ["--load", "/y", "--lr", "1"]
     assert set_flag(["--load=/x"], "--load", "/y") == ["--load=/y"]
     assert set_flag(["--lr", "1"], "--load", "/y") == ["--lr", "1", "--load", "/y"]
+
+
+# -- the verbs: a run that saves no checkpoints is refused up front, before any cluster is contacted ---------
+
+CLOSED = "http://127.0.0.1:9"  # a closed port: nothing answers there
+
+
+@pytest.fixture
+def records(clean_env, monkeypatch):
+    """Run records in a fresh state dir, as submit writes them, on a head nothing answers at."""
+    from miles_ray.adapters import state
+
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(clean_env / "state"))
+
+    def add(recipe: str, run: str, **request) -> dict:
+        cfg = config(recipe, feasible_nodes(recipe))
+        valid = validate_request(cfg, SubmitRequest(run=run, **request))
+        resume = request.get("resume_from") and state.load_record(request["resume_from"])
+        rec = prepare_submit(cfg, valid, SubmitTarget("address", CLOSED), created=CREATED, launchers_dir="/unused",
+                             resume=resume).record
+        state.save_record(rec) if resume else state.create_record(rec)  # as submit does
+        return rec
+
+    return add
+
+
+def test_check_data_refuses_to_resume_a_run_without_save(cli, records):
+    records("gpt-oss-20b", "oss-a")
+    code, out, err = cli("check-data", "--address", CLOSED, "--recipe", "gpt-oss-20b", "--resume-from", "oss-a")
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: ")
+    assert "run oss-a has no checkpoint dir to resume from" in err and "passes no --save" in err
+    # an output dir no record names: where the recipe's job would save for it -- none for this recipe
+    code, _, err = cli("check-data", "--address", CLOSED, "--recipe", "gpt-oss-20b", "--resume-from",
+                       "/mnt/miles/runs/elsewhere")
+    assert code == 2 and "passes no --save" in err and err.count("\n") == 1
+
+
+def test_register_refuses_a_run_without_save(cli, records):
+    records("gpt-oss-20b", "oss-a")
+    code, out, err = cli("register", "oss-a", "--checkpoint", "20", "--polyaxon-host", CLOSED, "-o", "json")
+    assert code == 2 and err.count("error: ") == 1 and err.splitlines()[-1].startswith("error: run oss-a has no "
+                                                                                      "checkpoint dir")
+
+
+def test_doctor_reads_the_recorded_dirs(cli, records):
+    records("gpt-oss-20b", "oss-a")
+    code, out, err = cli("doctor", "oss-a", "-o", "json")
+    f = {x["check"]: x for x in json.loads(out)["findings"]}["resume"]
+    assert f["status"] == "warning" and "saves no checkpoints" in f["summary"]
+    base = records("Qwen3-30B-A3B", "moe-a")
+    records("Qwen3-30B-A3B", "moe-b", resume_from="moe-a")
+    code, out, err = cli("doctor", "moe-b", "-o", "json")
+    f = {x["check"]: x for x in json.loads(out)["findings"]}["resume"]
+    assert f["status"] == "ok" and base["checkpoint_dir"] in f["summary"]
+    assert base["checkpoint_dir"] == f"{MOUNT}/runs/moe-a/moe-a/checkpoints"

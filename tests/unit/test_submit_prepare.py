@@ -249,3 +249,23 @@ def test_rehearsal_hold_reaches_the_driver_and_needs_rehearse(no_io):
     assert "--hold" not in shlex.split(prepare(rehearse=True).entrypoint)  # no hold unless asked
     with pytest.raises(ConfigError, match="--hold .* --rehearse only"):
         prepare(hold=30)
+
+
+def test_launcher_mode_follows_the_layout_of_the_recipes_launcher(no_io):
+    """run_qwen3_235b_a22b.py is disaggregated (8 trainer nodes, 64 rollout GPUs, whatever --num-nodes says); the
+    others colocated (tests/unit/test_upstream_parity.py checks the catalog's layouts against the captures)."""
+    big = "Qwen3-235B-A22B"
+    assert validate_request(config(recipe=big, nodes=16), SubmitRequest(mode="launcher")).plan.layout == \
+        "disaggregated"
+    with pytest.raises(ConfigError) as info:
+        validate_request(config(recipe=big, nodes=16, layout="colocated"), SubmitRequest(mode="launcher"))
+    assert str(info.value).startswith("--mode launcher runs the upstream launcher scripts/run_qwen3_235b_a22b.py, "
+                                      "which runs recipe Qwen3-235B-A22B disaggregated; this plan is colocated")
+    with pytest.raises(ConfigError) as info:
+        validate_request(config(recipe=big, nodes=24, rollout_nodes=8), SubmitRequest(mode="launcher"))
+    assert "on its own split (8 trainer node(s), 64 rollout GPUs) whatever --num-nodes says; this plan is 16 " \
+           "trainer node(s), 64 rollout GPUs" in str(info.value)
+    assert "--nodes 16 --layout disaggregated --rollout-gpus 64" in info.value.hint
+    # direct mode takes both
+    validate_request(config(recipe=big, nodes=16, layout="colocated"), SubmitRequest())
+    validate_request(config(recipe=big, nodes=24, rollout_nodes=8), SubmitRequest())

@@ -129,6 +129,20 @@ def test_direct_job_equals_the_upstream_launchers(path):
     assert job.runtime_env["env_vars"]["RAY_ADDRESS"] == URL
 
 
+@pytest.mark.parametrize("path", CAPTURES, ids=[p.stem for p in CAPTURES])
+def test_catalog_layout_is_the_launchers(path):
+    """Launcher mode trusts the recipe's default layout (and, disaggregated, its split) as the launcher's own."""
+    cap = load(path)
+    recipe = BUILTIN[cap["recipe"]]
+    if cap["refused"] or not in_launcher_range(recipe, cap["nodes"]):
+        return
+    _, split = split_aside(cap["entrypoint_argv"])
+    assert ("colocated" if "--colocate" in split else "disaggregated") == recipe.default_layout
+    if recipe.default_layout == "disaggregated":
+        assert (int(split["--actor-num-nodes"]), int(split["--rollout-num-gpus"])) == (
+            recipe.default_actor_nodes, recipe.default_rollout_gpus)
+
+
 def test_catalog_fields_agree_with_the_launchers_flags():
     """The planner reads the recipe's fields; the job carries the launcher's flags: they must be one truth."""
     for recipe in BUILTIN.values():
