@@ -11,7 +11,8 @@ round bounded by ``--timeout`` -- it checks what the Miles launcher will read an
    is writable: a probe file is created and removed on every node;
 4. it is the SAME storage everywhere: one reference node (the head, else the first node that could write)
    writes a random token there, every other node must read exactly that token, then it is removed;
-5. when resuming, ``<output_dir>/checkpoints/latest_checkpointed_iteration.txt`` exists.
+5. when resuming, ``<checkpoint dir>/latest_checkpointed_iteration.txt`` exists (the spec's ``tracker``: the dir the
+   resumed run saved to, from its run record).
 
 "Mounted" means: the path exists and either is a mount point (``os.path.ismount``) or holds the
 reference node's token (step 4). Device ids are NOT compared across nodes: ``st_dev`` numbers are

@@ -3,7 +3,7 @@
 
 ``list_checkpoints.py ROOT [PATH ...]``: one task with 0.01 CPU is scheduled on a GPU worker (the nodes that
 write checkpoints; the head advertises no CPUs, so the task cannot land there); it lists ``ROOT`` (the run's
-``<output_dir>/checkpoints``): the ``iter_*`` directories and ``latest_checkpointed_iteration.txt``, and says
+checkpoint dir, from its run record: the ``--save`` of its job): the ``iter_*`` directories and ``latest_checkpointed_iteration.txt``, and says
 whether each PATH is a directory. When no worker has room within 30 s, the listing runs on the driver itself.
 
 Last line: ``MILES_RAY_PROBE_RESULT {json}`` with ``root``, ``exists``, ``iterations``, ``latest``, ``paths``,

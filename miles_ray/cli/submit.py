@@ -48,7 +48,7 @@ def submit_cmd(
     env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for the job (repeatable); no credentials", show_default=False)] = None,
     extra_args: Annotated[Optional[str], typer.Option("--extra-args", help="extra train.py flags, one shell-quoted string", show_default=False)] = None,
     num_rollout: Annotated[Optional[int], typer.Option("--num-rollout", min=1, help="override the recipe's rollout count", show_default=False)] = None,
-    resume_from: Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR whose checkpoints to continue (recipe and split must match)", show_default=False)] = None,
+    resume_from: Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR whose checkpoints to continue (recipe and split must match): the job loads from the checkpoint dir that run saved to (its record's checkpoint_dir)", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="resume even if the recipe or split differ")] = False,
     check_data: Annotated[Optional[bool], typer.Option("--check-data/--no-check-data", help="verify the shared volume, model dirs, datasets and output dir on every node first [default: on for Kubernetes clusters]", show_default=False)] = None,
     miles_commit: Annotated[Optional[str], typer.Option("--miles-commit", help="the Miles commit in the image: recorded; direct mode reads it from the image and refuses a different one, and uses this one when it cannot be read", show_default=False)] = None,
