@@ -12,6 +12,7 @@ import pytest
 from tests.e2e.test_kube_cli import kube_args, up_args, worker_pods
 from tests.e2e.test_polyaxon_up import args as px_args
 from tests.e2e.test_polyaxon_up import px_env  # noqa: F401 - the fixture
+from tests.infra.fixtures import ray_token_secret
 
 pytestmark = pytest.mark.e2e
 
@@ -105,13 +106,14 @@ def test_park_refuses_a_cluster_kueue_admits(kube_env, cli, core_v1, custom_obje
     cli("down", "-y", "--backend", "kubernetes", *kube_args(namespace))
 
 
-def test_park_and_resume_through_polyaxon(px_env, cli, namespace, tmp_path):  # noqa: F811
+def test_park_and_resume_through_polyaxon(px_env, cli, core_v1, namespace, tmp_path):  # noqa: F811
     """The Polyaxon path against the real Polyaxon API server: park stops the run and keeps the operation it was
     created from; resume creates a new run from exactly that operation. The sandbox has no agent, so no pods are
     made here (hence --no-wait): what is shown is the run lifecycle on the server."""
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
 
     (tmp_path / "px.yaml").write_text("polyaxon_project: miles-e2e\n")
+    ray_token_secret(core_v1, namespace, "px-park")  # what the operation's pods read RAY_AUTH_TOKEN from
     code, out, err = cli(*px_args(namespace, "px-park"))
     assert code == 0, err
     first = json.loads(out)["polyaxon_uuid"]
