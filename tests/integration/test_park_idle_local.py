@@ -58,7 +58,7 @@ def test_idle_status_park_and_resume(own_cluster, cli):  # noqa: F811
     code, out, err = cli("park", *LOCAL, "--if-idle-for", "1s", "-o", "json")
     assert code == 0, err
     parked = json.loads(out)
-    assert parked["parked"] is True and parked["kept"]["nodes"] == 1 and parked["kept"]["gpus_per_node"] == 8
+    assert parked["parked"] is True and parked["kept"]["nodes"] == 1 and parked["kept"]["gpus_per_node"] == 8, parked
     assert lr.read_state(state.local_clusters_dir(), NAME) is None  # its processes are gone
     code, out, _ = cli("status", "--name", NAME, "-o", "json")  # backend auto finds the parked cluster
     assert code == 0 and json.loads(out)["parked"] is True
