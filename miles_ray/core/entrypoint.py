@@ -93,10 +93,7 @@ def train_args(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str,
     if load_dir:
         args = set_flag(args, "--load", load_dir)
     if num_rollout:
-        if "--num-rollout" in args:
-            args[args.index("--num-rollout") + 1] = str(num_rollout)
-        else:
-            args += ["--num-rollout", str(num_rollout)]
+        args = set_flag(args, "--num-rollout", str(num_rollout))
     return args + list(plan.miles_args)
 
 

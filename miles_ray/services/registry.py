@@ -37,6 +37,7 @@ from miles_ray.adapters import state
 from miles_ray.adapters.polyaxon_api import ModelRegistry, PolyaxonApi
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.entrypoint import flag_value
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.probes import checkpoint_list_probe
 from miles_ray.core.runs import run_checkpoints
@@ -69,13 +70,11 @@ def hf_dir_from_entrypoint(entrypoint: str, iteration: int) -> str | None:
         args = shlex.split(entrypoint or "")
     except ValueError:
         return None
-    if "--save-hf" not in args:
-        return None
-    i = args.index("--save-hf")
-    if i + 1 >= len(args):
+    template = flag_value(args, "--save-hf")
+    if template is None:
         return None
     try:
-        return args[i + 1].format(rollout_id=iteration)
+        return template.format(rollout_id=iteration)
     except (KeyError, IndexError, ValueError):
         return None
 
