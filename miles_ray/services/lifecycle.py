@@ -55,27 +55,40 @@ def refuse_scale_if_autoscaled(cfg: MilesRayConfig) -> None:
 def idle_report(url: str) -> dict[str, Any]:
     """Is the cluster at ``url`` idle, and since when: no job pending or running and no active driver (the
     dashboard's activity API). ``since`` is the latest of: the last job's end, the head's start. ``idle`` is None
-    when Ray cannot tell."""
-    act = ray_jobs.activity(url)
-    jobs = ray_jobs.list_jobs(url)
+    when Ray cannot tell.
+
+    Ray's job list holds every driver that is not a job's (status RUNNING while it lives) besides the submitted
+    jobs, so drivers the activity API counts while the list shows nothing pending or running belong to jobs that
+    have ended (seen a few seconds after 'stop' on a loaded machine: the stopped job listed STOPPED, one driver still
+    counted). Those are not activity (the reason says so). When the activity API fails, the job list alone decides."""
+    return judge_idle(ray_jobs.activity(url), ray_jobs.list_jobs(url))
+
+
+def judge_idle(act: dict[str, Any], jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`idle_report` from what Ray answered: ``act`` (:func:`ray_jobs.activity`) and ``jobs``
+    (:func:`ray_jobs.list_jobs`)."""
     now = act.get("observed_at") or time.time()
     busy = [j["job_id"] for j in jobs if j.get("status") in ("PENDING", "RUNNING")]
-    if act.get("status") == "ERROR":
-        return {"idle": None, "reason": f"the dashboard's activity API failed ({act.get('reason')})"}
-    if act.get("status") == "ACTIVE" or busy:
-        why = ", ".join(filter(None, [act.get("reason"), f"job(s) pending or running: {', '.join(busy)}" if busy
-                                      else None]))
+    if busy:
+        why = ", ".join(filter(None, [act.get("reason") if act.get("status") == "ACTIVE" else None,
+                                      f"job(s) pending or running: {', '.join(busy)}"]))
         return {"idle": False, "reason": why, "busy_jobs": busy}
+    notes = []
+    if act.get("status") == "ERROR":
+        notes.append(f"the dashboard's activity API failed ({act.get('reason')}); judged from the job list, which "
+                     "lists drivers too")
+    elif act.get("status") == "ACTIVE":
+        notes.append(f"Ray still counts driver(s) of ended jobs as active ({act.get('reason')})")
     ends = [j["end_time"] / 1000 for j in jobs if j.get("end_time")]
     marks = [t for t in (act.get("last_activity_at"), act.get("head_started_at"), *ends) if t]
     if not marks:
         return {"idle": None, "reason": "Ray reports no job and no head start time"}
     since = min(max(marks), now)
     last_job = max([t for t in (act.get("last_activity_at"), *ends) if t], default=None)
+    reason = "no job pending or running" + (f"; the last one ended {_iso(last_job)}" if last_job else
+                                            "; none has run since the head started")
     return {"idle": True, "since": _iso(since), "idle_seconds": round(now - since, 1),
-            "last_job_end": _iso(last_job),
-            "reason": "no job pending or running" + (f"; the last one ended {_iso(last_job)}" if last_job else
-                                                     "; none has run since the head started")}
+            "last_job_end": _iso(last_job), "reason": "; ".join([reason, *notes])}
 
 
 def cluster_idle(cfg: MilesRayConfig, backend: str, local_status: dict | None = None) -> dict[str, Any]:

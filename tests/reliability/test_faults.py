@@ -6,6 +6,7 @@
 | 409/422 conflict on scale, retried on fresh state | tests/e2e/test_kube_cli.py::test_scale_conflict_is_retried_on_fresh_state |
 | Ray head killed during `logs --follow` | tests/integration/test_local_ray.py::test_follow_logs_raises_a_clear_error_when_the_head_goes_away |
 | Ray head killed during `submit` (before/after the job) | test_ray_head_killed_during_submit (here) |
+| the head's dashboard killed while `up --backend local` starts a worker | test_head_dashboard_killed_while_a_worker_starts (here) |
 | Polyaxon API answering 503 / going away | test_polyaxon_503_then_clear_error_nothing_created, test_polyaxon_goes_away_mid_up (here); adapter level in tests/integration/test_polyaxon_api.py |
 | SIGINT/SIGTERM during `up --via kuberay` | test_signal_during_kube_up_then_rerun_reconciles (here) |
 | SIGINT/SIGTERM during `submit` | test_signal_during_submit_leaves_nothing_then_rerun_submits_once (here) |
@@ -459,3 +460,50 @@ def test_polyaxon_goes_away_mid_up(px, polyaxon_server, cli, core_v1, namespace,
     assert "unreachable" in err.lower() or "attempt(s)" in err
     assert _nothing_created(polyaxon_server, "px-gone", tmp_path / "state")
     _ = (front, REPO)
+
+
+def test_head_dashboard_killed_while_a_worker_starts(tmp_path, ledger):
+    """The head's dashboard dies (SIGKILL, as when a GCS starved of CPU takes it down) while `up --backend local`
+    starts worker 1: up does not retry that worker against a dead head for minutes; it says the head stopped
+    answering, stops every process of the first try by PID, starts the whole cluster again, and returns with both
+    workers ALIVE. The first try's processes are all gone."""
+    from miles_ray.adapters import local_ray as lr
+
+    cluster_dir, name = tmp_path / "cluster", "dashkill"
+    lines: list[str] = []
+    first_head: list[dict] = []
+
+    def progress(msg: str) -> None:
+        lines.append(msg)
+        if msg.startswith("starting worker node 1/2") and not first_head:  # the fault, once
+            s = lr.read_state(cluster_dir, name)
+            first_head.append(s["head"])
+            dash = [pid for pid in lr.session_members(s["head"]) if "dashboard/dashboard.py" in _cmdline(pid)]
+            assert len(dash) == 1, dash
+            os.kill(dash[0], signal.SIGKILL)
+
+    ledger.record("fault", "the head's dashboard SIGKILLed while up starts a worker")  # ok: the test's outcome
+    t0 = time.monotonic()
+    try:
+        info = lr.up(cluster_dir, name, 2, 2, 2, progress=progress, timeout=900)
+        took = time.monotonic() - t0
+        restarted = [ln for ln in lines if "stopping the cluster and starting it again (attempt 2/2)" in ln]
+        assert len(restarted) == 1 and "the head node stopped answering while worker node 1 started" in restarted[0] \
+            and "refused connections" in restarted[0], lines
+        assert info["gpu_node_count"] == 2 and [n["state"] for n in info["nodes"]] == ["ALIVE"] * 3, info
+        assert not [ln for ln in lines if "attempt 2/3" in ln], lines  # no worker retried against the dead head
+        assert not lr.session_members(first_head[0]), "the first head's processes are still there"
+        print(f"dashboard killed: up took {took:.0f}s with one cluster restart")
+    finally:
+        if lr.state_path(cluster_dir, name).exists():
+            s = lr.read_state(cluster_dir, name)
+            sessions = [*lr.processes_of(s), *lr.job_sessions_of(s)]
+            lr.down(cluster_dir, name)
+            assert not any(lr.session_members(rec) for rec in sessions), "local Ray processes left"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -18,6 +18,22 @@ from miles_ray.adapters.local_ray.nodes import HEAD_CPUS, OBJECT_STORE_BYTES, Pr
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound, TimedOut, Unreachable
 
 HEAD_ATTEMPTS_WHEN_ALREADY_UP = 5
+# When the head dies while workers start (its dashboard gone, see nodes.HeadLost), the whole cluster starts again
+# once; every node keeps its own attempts (nodes.START_ATTEMPTS) within each try
+CLUSTER_ATTEMPTS = 2
+
+
+def _dashboard_log_tail(state: dict) -> str:
+    """The last line of the head's dashboard log (why it went away, when it says so), or ''."""
+    temp = state.get("temp_dir")
+    if not temp:
+        return ""
+    path = Path(temp) / "session_latest" / "logs" / "dashboard.log"
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:240] if lines else ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,10 +176,25 @@ def _up_locked(
         store.remove_token(state_dir, name)
         if auth == "token":
             store.new_token(state_dir, name)  # before the state names it, so a state never points at no file
-        ray_nodes.start_head(state, state_dir, name, deadline, progress)
-        say(progress, f"head node ready after {time.monotonic() - t0:.1f}s")
-        for index in range(1, n_workers + 1):
-            ray_nodes.start_worker(state, index, state_dir, name, deadline, progress, total=n_workers)
+        for restart in range(1, CLUSTER_ATTEMPTS + 1):
+            ray_nodes.start_head(state, state_dir, name, deadline, progress)
+            say(progress, f"head node ready after {time.monotonic() - t0:.1f}s")
+            try:
+                for index in range(1, n_workers + 1):
+                    ray_nodes.start_worker(state, index, state_dir, name, deadline, progress, total=n_workers)
+                break
+            except ray_nodes.HeadLost as exc:
+                why = f"the head node stopped answering while worker node {index} started ({exc.reason})"
+                log = _dashboard_log_tail(state)
+                if restart == CLUSTER_ATTEMPTS or deadline - time.monotonic() < ray_nodes.MIN_RETRY_SECONDS * 2:
+                    raise ClusterError(why + (f"; the head's dashboard log ends: {log}" if log else "")) from None
+                say(progress, f"{why}; stopping the cluster and starting it again "
+                              f"(attempt {restart + 1}/{CLUSTER_ATTEMPTS})" + (f"; its dashboard log ends: {log}"
+                                                                               if log else ""))
+                _stop_everything(state, grace=5)
+                store.remove_temp_dir(state.get("temp_dir"))
+                state.update(temp_dir=None, head=None, workers=[], starting=[], dashboard_url=None, gcs_address=None)
+                store.write_state(state_dir, name, state)
         try:
             ray_nodes.poll_nodes(
                 lambda ns: ray_nodes.topology_ok(ns, n_workers, gpus),
@@ -313,7 +344,12 @@ def scale(state_dir: Path, name: str, nodes: int, progress: Progress = None, tim
         added, removed = [], []
         while len(state["workers"]) < nodes:
             index = (state["workers"][-1]["index"] if state["workers"] else 0) + 1
-            ray_nodes.start_worker(state, index, state_dir, name, deadline, progress)
+            try:
+                ray_nodes.start_worker(state, index, state_dir, name, deadline, progress)
+            except ray_nodes.HeadLost as exc:
+                raise Unreachable(f"the head of local cluster {name!r} stopped answering while worker node {index} "
+                                  f"started ({exc.reason})",
+                                  hint=f"`miles-ray down --backend local --name {name}` and start again") from None
             added.append(index)
         while len(state["workers"]) > nodes:
             victim = state["workers"][-1]

@@ -74,7 +74,13 @@ RAY_ENV = {
     "RAY_agent_register_timeout_ms": "180000",  # raylet: its dashboard/runtime-env agents registering [30 s]
     "RAY_worker_register_timeout_seconds": "180",  # raylet: a Ray worker process registering [60 s]
     "RAY_health_check_timeout_ms": "30000",  # GCS: one health check of a raylet [10 s]; a dead one fails at once
+    # Every GCS client (dashboard, raylets, agents) EXITS when the GCS has not answered for this long [60 s]; a GCS
+    # starved of CPU for a minute took the head's dashboard with it (a worker then waited for a dead dashboard)
+    "RAY_gcs_rpc_server_reconnect_timeout_s": "300",
 }
+# A worker's start is judged through the head's dashboard: when that refuses connections (nothing listens on its
+# port any more) for this long, the head is gone, and restarting the worker cannot help (:class:`HeadLost`)
+HEAD_GONE_SECONDS = 30.0
 
 
 class NodeDidNotStart(Exception):
@@ -84,6 +90,18 @@ class NodeDidNotStart(Exception):
         super().__init__(reason)
         self.reason = reason
         self.timed_out = timed_out
+
+
+class HeadLost(Exception):
+    """The head stopped answering while a worker started: the cluster, not the worker, has to start again."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, ConnectionRefusedError) or isinstance(getattr(exc, "reason", None), ConnectionRefusedError)
 
 
 def say(progress: Progress, msg: str) -> None:
@@ -185,22 +203,33 @@ def poll_nodes(
     dashboard_url: str,
     budget: float,
     watched: dict | None = None,
+    head_gone_after: float | None = None,
 ) -> Any:
     """Poll the state API until ``check(nodes)`` is truthy and return it.
 
     Raises :class:`NodeDidNotStart` when ``watched`` (a node's ``ray start``) exits or ``budget``
-    runs out. Errors and slow answers from the dashboard only mean "not ready yet".
+    runs out. Errors and slow answers from the dashboard only mean "not ready yet", except, with
+    ``head_gone_after``, connections refused for that many seconds in a row: :class:`HeadLost`.
     """
     deadline = time.monotonic() + budget
     last_err = ""
+    refused_since: float | None = None
     while True:
         left = deadline - time.monotonic()
         try:
             got = check(fetch_nodes(dashboard_url, timeout=max(1.0, min(HTTP_TIMEOUT_SECONDS, left))))
+            refused_since = None
             if got:
                 return got
         except NOT_READY_ERRORS as exc:
             last_err = f"{type(exc).__name__}: {exc}"
+            if not _refused(exc):
+                refused_since = None
+            elif refused_since is None:
+                refused_since = time.monotonic()
+            elif head_gone_after is not None and time.monotonic() - refused_since >= head_gone_after:
+                raise HeadLost(f"its dashboard at {dashboard_url} has refused connections for "
+                               f"{_seconds(time.monotonic() - refused_since)}") from None
         if watched is not None and processes.exited(watched):
             popen = watched.get("_popen")
             code = popen.returncode if popen is not None else None
@@ -349,7 +378,7 @@ def start_worker(
 
         record, row = attempt_node(
             worker_args(state, index, node_name), Path(state["temp_dir"]) / "logs" / f"{stem}.log", ready,
-            state["dashboard_url"], budget, child_env(state), on_spawn, failed,
+            state["dashboard_url"], budget, child_env(state), on_spawn, failed, head_gone_after=HEAD_GONE_SECONDS,
         )
         drop_starting(record)
         worker = {**processes.public(record), "index": index, "ip": ip, "node_id": row.get("node_id"),
@@ -437,6 +466,7 @@ def attempt_node(
     env: dict[str, str],
     on_spawn: Callable[[dict], None],
     failed: Callable[[dict, int, str], None],
+    head_gone_after: float | None = None,
 ) -> tuple[dict, Any]:
     """Spawn one ``ray start`` and wait until ``ready``; on failure stop its session by PID, then re-raise.
 
@@ -447,7 +477,7 @@ def attempt_node(
     record = processes.spawn_ray_start(args, log_path, env)
     try:
         on_spawn(record)
-        got = poll_nodes(ready, dashboard_url, budget, watched=record)
+        got = poll_nodes(ready, dashboard_url, budget, watched=record, head_gone_after=head_gone_after)
     except NodeDidNotStart as exc:
         processes.stop_sessions([record], grace=3)
         failed(record, offset, exc.reason)

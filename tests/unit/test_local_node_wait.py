@@ -1,0 +1,96 @@
+"""How a local node's start is waited for (``local_ray.nodes.poll_nodes``), against real loopback sockets: a
+dashboard that refuses connections for HEAD_GONE seconds in a row means the head is gone (HeadLost), one that
+answers slowly or with errors only means "not ready yet" until the attempt's time runs out."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from miles_ray.adapters.local_ray import nodes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    """A real HTTP server on loopback answering /api/v0/nodes with ``status`` (and ``rows`` when 200)."""
+
+    def __init__(self, port: int = 0, status: int = 200, rows: list[dict] | None = None) -> None:
+        outer = self
+        self.status, self.rows = status, rows or []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                body = json.dumps({"data": {"result": {"result": outer.rows}}}).encode()
+                self.send_response(outer.status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_dashboard_refusing_connections_long_enough_is_a_lost_head():
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(nodes.HeadLost) as exc:
+        nodes.poll_nodes(lambda ns: ns, url, budget=60, head_gone_after=1.0)
+    assert time.monotonic() - t0 < 30  # not the attempt's whole budget
+    assert f"its dashboard at {url} has refused connections for" in exc.value.reason
+
+
+def test_without_head_gone_after_refusals_only_time_the_attempt_out():
+    url = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(nodes.NodeDidNotStart) as exc:
+        nodes.poll_nodes(lambda ns: ns, url, budget=2.0)
+    assert exc.value.timed_out and "not ready within 2.0s" in exc.value.reason and "refused" in exc.value.reason
+
+
+def test_a_dashboard_answering_errors_is_not_ready_yet_not_lost():
+    srv = _Server(status=503)
+    try:
+        with pytest.raises(nodes.NodeDidNotStart) as exc:
+            nodes.poll_nodes(lambda ns: ns, srv.url, budget=2.5, head_gone_after=0.5)
+        assert exc.value.timed_out and "503" in exc.value.reason
+    finally:
+        srv.close()
+
+
+def test_refusals_then_an_answer_reset_the_lost_head_clock():
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    row = {"node_name": "w", "state": "ALIVE"}
+    started: list[_Server] = []
+
+    def start_later():
+        time.sleep(1.0)  # refused for 1 s, less than head_gone_after
+        started.append(_Server(port=port, rows=[row]))
+
+    t = threading.Thread(target=start_later)
+    t.start()
+    try:
+        got = nodes.poll_nodes(lambda ns: [n for n in ns if n["node_name"] == "w"], url, budget=30, head_gone_after=3.0)
+        assert got == [row]
+    finally:
+        t.join()
+        for s in started:
+            s.close()
