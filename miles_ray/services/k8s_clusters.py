@@ -18,6 +18,7 @@ from miles_ray.core.errors import (ClusterError, ConfigError, Conflict, Interrup
                                    Unreachable)
 from miles_ray.core.heads import k8s_address
 from miles_ray.core.plans import ClusterObjects, prepare_cluster
+from miles_ray.core.queues import kueue_pending_reason, kueue_queue_of, kueue_queued
 from miles_ray.services.jobs import live_status
 from miles_ray.services.queues import check_queue
 
@@ -215,6 +216,9 @@ def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_r
                               "warnings": objects.warnings}
     if via == "polyaxon":
         return _up_polyaxon(cfg, api, objects, result, progress, timeout, dry_run, wait, ray_check)
+    if dry_run == "client":  # preflight only: nothing sent to the API server
+        result.update({"dry_run": "client", "created": False, "raycluster": rc})
+        return result
     if dry_run == "server":
         rays.create(rc, dry_run=True)
         result.update({"dry_run": "server", "created": False, "raycluster": rc})
@@ -374,14 +378,20 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
     deadline = time.monotonic() + timeout
     unschedulable_seen: dict[str, int] = {}
     last = ""
+    queued = ""  # why Kueue holds the cluster back, while it does
     while True:
         try:
             rc = rays.get(cfg.namespace, name)
             pods = kube.cluster_pods(api, cfg.namespace, name)
+            queued = _kueue_wait(api, cfg.namespace, name, rc) if kueue_queued(rc) else ""
         except Unreachable:  # no answer, 5xx or 429: the API server may be restarting
             _say(progress, "Kubernetes API unreachable; still waiting")
             rc, pods = None, None
-        if pods is not None:
+        if queued:  # Kueue creates no pod of a gang it has not admitted: nothing else to watch
+            if queued != last:
+                _say(progress, queued)
+                last = queued
+        elif pods is not None:
             for p in pods:
                 if p["reason"] == "Unschedulable":
                     unschedulable_seen[p["name"]] = unschedulable_seen.get(p["name"], 0) + 1
@@ -407,6 +417,11 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
                     and st.get("desiredWorkerReplicas", want) == want):
                 break
         if time.monotonic() > deadline:
+            if queued:
+                raise TimedOut(f"timed out after {timeout:.0f}s: {queued}",
+                               hint=f"the RayCluster stays queued, with no pods, until Kueue admits it; "
+                                    f"'miles-ray up' again keeps waiting, 'miles-ray down' removes it; "
+                                    f"'kubectl get workloads -n {cfg.namespace}' shows the queue")
             raise TimedOut(f"timed out after {timeout:.0f}s waiting for {name}: {last}",
                            hint="'miles-ray status' shows each pod's reason")
         time.sleep(POLL)
@@ -414,6 +429,13 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
     if ray_check:
         out["ray"] = wait_ray_joined(cfg, name, want, progress, max(5.0, deadline - time.monotonic()))
     return out
+
+
+def _kueue_wait(api, namespace: str, name: str, rc: dict) -> str:
+    """The progress line of a RayCluster Kueue has not admitted yet: its queue and Kueue's reason."""
+    workload = kube.kueue_workload(api, namespace, rc["metadata"].get("uid", ""))
+    return (f"waiting for Kueue to admit RayCluster {namespace}/{name} (LocalQueue {kueue_queue_of(rc)}; the whole "
+            f"gang at once, no pods until then): {kueue_pending_reason(workload)}")
 
 
 def wait_ray_joined(cfg: MilesRayConfig, name: str, want: int, progress: Progress, timeout: float) -> dict:
@@ -498,6 +520,11 @@ def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_r
                   for i, p in enumerate(pods)],
         "gpu_node_count": ready, "total_gpus": ready * gpus_per_worker,
     }
+    if kueue_queue_of(rc) is not None:  # suspended here means queued by Kueue, not parked
+        out["queue"] = {"kind": "kueue", "queue": kueue_queue_of(rc), "queued": kueue_queued(rc)}
+        if kueue_queued(rc):
+            out["queue"]["reason"] = kueue_pending_reason(
+                kube.kueue_workload(api, cfg.namespace, rc["metadata"].get("uid", "")))
     if rec.get("polyaxon_uuid"):
         out["polyaxon_uuid"] = rec["polyaxon_uuid"]
         try:
