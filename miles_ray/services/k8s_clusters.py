@@ -557,7 +557,12 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
         raise NotFound(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
     groups = current["spec"].get("workerGroupSpecs") or []
     now = next((g.get("replicas", 0) for g in groups if g.get("groupName") == cfg.worker_group), None)
-    if now is not None and nodes < now and not force:
+    queue = kueue_queue_of(current)
+    if queue is not None and now is not None and nodes != now and not force:
+        raise Conflict(f"Kueue admits RayCluster {name} (queue {queue!r}): to Kueue a new size is a new Workload, so "
+                       "it suspends the whole cluster (every pod, the head included: Ray restarts and running jobs "
+                       "are lost) and admits it again once the new size fits its quota",
+                       hint="pass --force to resize anyway, once no job needs the running Ray cluster")
         refuse_shrink(cfg, name, nodes)
     if now is not None and nodes > now:
         preflight_grow = kube.gpu_capacity(api, cfg.node_selector, [t.model_dump(exclude_none=True) for t in cfg.tolerations])
@@ -570,8 +575,30 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
         _say(progress, f"adjusted {n} (explicitly, so KubeRay does not clamp the new size)")
     result: dict[str, Any] = {"name": cfg.name, "raycluster": name, "from": now, "to": nodes, "adjusted": notes}
     if wait:
-        result.update(wait_ready(cfg, api, name, nodes, progress, timeout, ray_check and nodes > 0))
+        start = time.monotonic()
+        if queue is not None and nodes != now:
+            _wait_kueue_workload(api, cfg, name, current["metadata"]["uid"], nodes, progress, timeout)
+        result.update(wait_ready(cfg, api, name, nodes, progress, max(5.0, timeout - (time.monotonic() - start)),
+                                 ray_check and nodes > 0))
     return result
+
+
+def _wait_kueue_workload(api, cfg: MilesRayConfig, name: str, uid: str, nodes: int, progress: Progress,
+                         timeout: float) -> None:
+    """After a resize under Kueue: until Kueue has replaced the Workload by one of the new size (it suspends the
+    cluster first), so that waiting for the pods does not take the old ones for the new size."""
+    _say(progress, f"waiting for Kueue to replace the Workload of {name} by one of {nodes} worker(s) (it suspends "
+                   "the whole cluster meanwhile)")
+    deadline = time.monotonic() + timeout
+    while True:
+        wl = kube.kueue_workload(api, cfg.namespace, uid)
+        sets = {s.get("name"): s.get("count") for s in ((wl or {}).get("spec") or {}).get("podSets") or []}
+        if sets.get(cfg.worker_group) == nodes:
+            return
+        if time.monotonic() > deadline:
+            raise TimedOut(f"timed out after {timeout:.0f}s waiting for Kueue to replace the Workload of {name} "
+                           f"by one of {nodes} worker(s)", hint=f"'kubectl get workloads -n {cfg.namespace}' shows it")
+        time.sleep(POLL)
 
 
 def refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:

@@ -139,13 +139,28 @@ def test_kueue_admits_a_gang_that_fits_and_holds_back_one_that_does_not(kube_env
     assert code == 0, err
     queue = json.loads(out)["queue"]
     assert queue["queued"] is True and "insufficient unused quota" in queue["reason"]
+    code, out, err = cli("status", "--backend", "kubernetes", *kube_args(namespace, "gang-b"))
+    assert code == 0 and "queued: Kueue has not admitted it yet (LocalQueue team-a)" in out and "parked" not in out
 
     # Kueue, not miles-ray, owns suspend of an admitted cluster
     code, _, err = cli("park", "-y", "--backend", "kubernetes", *kube_args(namespace, "gang-a"))
     assert code == 1 and "Kueue admits RayCluster gang-a" in err
 
-    # freeing the quota: Kueue admits the queued gang and KubeRay creates its pods
-    code, _, err = cli("down", "-y", "--backend", "kubernetes", *kube_args(namespace, "gang-a"))
+    # to Kueue a new size is a new Workload (it restarts every pod, the head too): refused without --force
+    [head] = [p.metadata.name for p in pods_of(core_v1, namespace, "gang-a") if "head" in p.metadata.name]
+    scale = ["scale", "-N", "1", "--no-ray-check", "--timeout", "60", "--backend", "kubernetes",
+             *kube_args(namespace, "gang-a")]
+    code, _, err = cli(*scale)
+    assert code == 1 and "Kueue admits RayCluster gang-a" in err and "--force" in err.strip().splitlines()[-1]
+    assert len(worker_pods(core_v1, namespace, "gang-a")) == 2
+    code, _, err = cli(*scale, "--force")
     assert code == 0, err
-    wait_for("Kueue to admit gang-b once gang-a is gone",
+    assert "waiting for Kueue to replace the Workload of gang-a by one of 1 worker(s)" in err
+    after = [p.metadata.name for p in pods_of(core_v1, namespace, "gang-a") if p.metadata.deletion_timestamp is None]
+    assert head not in after and len(worker_pods(core_v1, namespace, "gang-a")) == 1  # a new head: Ray restarted
+
+    # the freed quota (2 of 4 GPUs) admits the queued gang: Kueue unsuspends it and KubeRay creates its pods
+    wait_for("Kueue to admit gang-b once gang-a is smaller",
              lambda: len(worker_pods(core_v1, namespace, "gang-b")) == 1, 90)
+    assert not next(rc for rc in rayclusters(custom_objects, namespace)
+                    if rc["metadata"]["name"] == "gang-b")["spec"]["suspend"]
