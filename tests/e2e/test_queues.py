@@ -8,7 +8,9 @@ webhook suspends every RayCluster that names a LocalQueue, Kueue makes a Workloa
 gang), admits it when the whole gang fits its ClusterQueue's quota and unsuspends it, and only then does KubeRay
 create pods (on kwok's fake GPU nodes). What miles-ray does is checked against that: the queue label on the
 object only, the LocalQueue checked before anything is created, 'up' saying that it waits for Kueue (with Kueue's
-reason) and timing out with a clear line, 'status' showing the cluster queued, 'park' leaving suspend to Kueue.
+reason) and timing out with a clear line, 'status' showing the cluster queued, 'park' leaving suspend to Kueue,
+'scale' refusing a new size without --force (to Kueue it is a new Workload: the whole cluster restarts).
+Nothing here is faked; Kueue runs for this module only and is stopped by PID, its webhooks and CRDs removed.
 """
 
 from __future__ import annotations
