@@ -7,11 +7,13 @@
 #   cluster/build.sh NAME...    build only these components
 #   cluster/build.sh real-nodes what real nodes need (cluster/realnodes.py): node-runtime kubelet
 #                               pause-image ray-image (also accepted by --check)
+#   cluster/build.sh kueue      Kueue's manager, CRDs and webhook manifests (cluster/kueue.py; optional)
 #
 # Cache: ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/bin/<component>-<version>
 #        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/crds/kuberay-<version>/*.yaml
 #        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/kwok-stages-<version>.yaml (kwok's default stages)
 #        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/images/{ray,pause}-<version>-<input hash>.tar
+#        ${MILESRAY_TEST_CACHE:-$HOME/.cache/miles-ray}/kueue-<version>/{crds/*.yaml,webhooks.yaml,SOURCE}
 # node-runtime is not cached but installed: Debian's containerd, runc, containernetworking-plugins,
 # iptables and mmdebstrap at the pinned versions, with apt-get, when missing.
 # Versions: cluster/versions.env (the only place they are pinned).
@@ -27,10 +29,12 @@ BIN="${CACHE}/bin"
 SRC="${CACHE}/src"
 CRDS="${CACHE}/crds/kuberay-${KUBERAY_VERSION}"
 KWOK_STAGES="${CACHE}/kwok-stages-${KWOK_VERSION}.yaml"
+KUEUE_ASSETS="${CACHE}/kueue-${KUEUE_VERSION}"
 
 ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay-operator)
 # kubectl is optional (a system kubectl is fine); build it with: cluster/build.sh kubectl
-OPTIONAL_COMPONENTS=(kubectl)
+# kueue is optional too (only tests/e2e/test_queues.py runs it): cluster/build.sh kueue
+OPTIONAL_COMPONENTS=(kubectl kueue)
 # Real nodes (cluster/realnodes.py), in build order: `cluster/build.sh real-nodes`.
 REAL_NODE_COMPONENTS=(node-runtime kubelet pause-image ray-image)
 PYTHON="${PYTHON:-python3}"
@@ -53,6 +57,7 @@ version_of() {
         ray-image) sed -n 's/^ray==//p' "${HERE}/../constraints.txt" ;;
         kwok) echo "${KWOK_VERSION}" ;;
         kuberay-operator) echo "${KUBERAY_VERSION}" ;;
+        kueue) echo "${KUEUE_VERSION}" ;;
         *)
             echo "unknown component: $1" >&2
             return 1
@@ -86,6 +91,7 @@ is_cached() {
             done
             ;;
         pause-image | ray-image) [[ -s "$(path_of "$1")" ]] ;;
+        kueue) [[ -x "$(path_of "$1")" && -s "${KUEUE_ASSETS}/webhooks.yaml" && -s "${KUEUE_ASSETS}/SOURCE" ]] ;;
         *) [[ -x "$(path_of "$1")" ]] ;;
     esac
 }
@@ -121,6 +127,7 @@ if [[ "${mode}" == list ]]; then
     done
     echo "crds ${CRDS}"
     echo "kwok-stages ${KWOK_STAGES}"
+    echo "kueue-assets ${KUEUE_ASSETS}"
     exit 0
 fi
 
@@ -257,6 +264,15 @@ build_component() {
             mv "${gobin}/ray-operator" "${tmp}"
             rmdir "${gobin}"
             ;;
+        kueue)
+            gobin="$(mktemp -d)"
+            GOBIN="${gobin}" GOFLAGS="-p=2 -trimpath -buildvcs=false" \
+                "${GO}" install -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}" \
+                "sigs.k8s.io/kueue/cmd/kueue@${KUEUE_VERSION}"
+            mv "${gobin}/kueue" "${tmp}"
+            rmdir "${gobin}"
+            copy_kueue_assets
+            ;;
     esac
     chmod 0755 "${tmp}"
     mv -f "${tmp}" "${out}"
@@ -312,6 +328,22 @@ copy_crds() {
     chmod 0644 "${CRDS}.tmp.$$"/*.yaml
     rm -rf "${CRDS}"
     mv "${CRDS}.tmp.$$" "${CRDS}"
+}
+
+# Kueue's CRDs and webhook manifests from the same module zip, with the module's checksum (go.sum's h1:).
+copy_kueue_assets() {
+    local dir sum tmp="${KUEUE_ASSETS}.tmp.$$"
+    dir="$(module_dir "sigs.k8s.io/kueue@${KUEUE_VERSION}")"
+    sum="$( (cd "${SRC}" && "${GO}" mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}") |
+        sed -n 's/^[[:space:]]*"Sum": "\(.*\)",\{0,1\}$/\1/p')"
+    mkdir -p "${tmp}/crds"
+    cp "${dir}"/config/components/crd/bases/*.yaml "${tmp}/crds/"
+    cp "${dir}/config/components/webhook/manifests.yaml" "${tmp}/webhooks.yaml"
+    chmod 0644 "${tmp}"/crds/*.yaml "${tmp}/webhooks.yaml"
+    printf 'MODULE=sigs.k8s.io/kueue\nVERSION=%s\nMODULE_SUM=%s\nCRDS=config/components/crd/bases/*.yaml\nWEBHOOKS=config/components/webhook/manifests.yaml\n' \
+        "${KUEUE_VERSION}" "${sum}" >"${tmp}/SOURCE"
+    rm -rf "${KUEUE_ASSETS}"
+    mv "${tmp}" "${KUEUE_ASSETS}"
 }
 
 total_start=${SECONDS}

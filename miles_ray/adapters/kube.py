@@ -657,3 +657,21 @@ def custom_object_exists(api_client, group: str, version: str, plural: str, name
             return False
         where = f"{namespace}/{name}" if namespace else name
         raise api_error(e, f"read {plural}.{group} {where}") from None
+
+
+def kueue_workload(api_client, namespace: str, owner_uid: str) -> dict | None:
+    """The Kueue Workload that stands for the object ``owner_uid`` (Kueue names it after the object and sets an
+    owner reference to it), or None when there is none (or the Workload CRD is not served)."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(api_client)
+    for version in ("v1beta2", "v1beta1"):
+        try:
+            items = api.list_namespaced_custom_object("kueue.x-k8s.io", version, namespace, "workloads")["items"]
+        except Exception as e:  # noqa: BLE001
+            if _status(e) == 404:
+                continue
+            raise api_error(e, f"list Kueue workloads in {namespace}") from None
+        return next((w for w in items if any(r.get("uid") == owner_uid
+                                             for r in w["metadata"].get("ownerReferences") or [])), None)
+    return None

@@ -25,14 +25,16 @@ def scale_cmd(
     kubeconfig: KubeconfigOpt = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="kubernetes: wait for the new size to be ready")] = True,
     ray_check: Annotated[bool, typer.Option("--ray-check/--no-ray-check", help="kubernetes: confirm the change in Ray too")] = True,
-    force: Annotated[bool, typer.Option("--force", help="shrink even below what a running job needs")] = False,
+    force: Annotated[bool, typer.Option("--force", help="shrink even below what a running job needs; resize a cluster Kueue admits (Kueue restarts all of it)")] = False,
     timeout: TimeoutOpt = 300.0,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Resize the GPU worker group, wait until Ray sees the change, and print the split for the new size.
 
-    Refuses to shrink below the GPU nodes a running job of this cluster needs, unless --force. Refuses a
+    Refuses to shrink below the GPU nodes a running job of this cluster needs, unless --force. Under Kueue
+    (--queue) a new size is a new Workload: Kueue suspends the whole cluster, head included, and admits it again
+    once the new size fits, so that too needs --force (then it waits for Kueue's admission). Refuses a
     RayCluster whose worker replicas KubeRay's in-tree autoscaler owns (spec.enableInTreeAutoscaling: true;
     clusters made by 'up' never turn it on).
     """

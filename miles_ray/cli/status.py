@@ -62,7 +62,10 @@ def status_cmd(
 
     def table() -> None:
         nodes_table(status) if chosen == "local" else kube_status_table(status)
-        if status.get("state") == "suspended":
+        queue = status.get("queue") or {}
+        if queue.get("queued"):
+            out.print(f"queued: Kueue has not admitted it yet (LocalQueue {queue['queue']}): {queue['reason']}")
+        elif status.get("state") == "suspended":
             out.print("parked (spec.suspend: true); 'miles-ray resume' brings it back")
         idle = status.get("idle")
         if idle:

@@ -78,3 +78,33 @@ def apply_to_operation(op: dict[str, Any], cfg: MilesRayConfig, workers: int) ->
             if not env[key]:
                 env.pop(key)
     return out
+
+
+def kueue_queue_of(rc: dict[str, Any] | None) -> str | None:
+    """The Kueue LocalQueue a RayCluster object names (its ``kueue.x-k8s.io/queue-name`` label), else None."""
+    return ((rc or {}).get("metadata", {}).get("labels") or {}).get(KUEUE_QUEUE)
+
+
+def kueue_queued(rc: dict[str, Any] | None) -> bool:
+    """Whether Kueue holds the RayCluster back: it names a LocalQueue and is suspended (Kueue's webhook suspends
+    it at creation; Kueue unsuspends it once the whole gang -- head and every worker -- fits the quota)."""
+    return kueue_queue_of(rc) is not None and (rc or {}).get("spec", {}).get("suspend") is True
+
+
+def kueue_pending_reason(workload: dict[str, Any] | None) -> str:
+    """Why Kueue has not admitted a Workload yet, in Kueue's own words (its QuotaReserved / Admitted condition
+    message, e.g. 'couldn't assign flavors to pod set ...: insufficient unused quota for nvidia.com/gpu ...')."""
+    if workload is None:
+        return ("no Kueue Workload for it yet (is Kueue running, with its ray.io/raycluster integration "
+                "enabled?)")
+    name = workload.get("metadata", {}).get("name", "?")
+    conds = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    if not (workload.get("spec") or {}).get("active", True):
+        return f"its Workload {name} is deactivated (spec.active: false)"
+    for kind in ("QuotaReserved", "Admitted"):
+        c = conds.get(kind)
+        if c and c.get("status") != "True" and c.get("message"):
+            return f"Workload {name}: {c['message']}"
+    if conds.get("Admitted", {}).get("status") == "True":
+        return f"Workload {name} is admitted; Kueue is unsuspending the RayCluster"
+    return f"Workload {name} is pending"

@@ -18,6 +18,7 @@ from miles_ray.core.errors import (ClusterError, ConfigError, Conflict, Interrup
                                    Unreachable)
 from miles_ray.core.heads import k8s_address
 from miles_ray.core.plans import ClusterObjects, prepare_cluster
+from miles_ray.core.queues import kueue_pending_reason, kueue_queue_of, kueue_queued
 from miles_ray.services.jobs import live_status
 from miles_ray.services.queues import check_queue
 
@@ -215,6 +216,9 @@ def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_r
                               "warnings": objects.warnings}
     if via == "polyaxon":
         return _up_polyaxon(cfg, api, objects, result, progress, timeout, dry_run, wait, ray_check)
+    if dry_run == "client":  # preflight only: nothing sent to the API server
+        result.update({"dry_run": "client", "created": False, "raycluster": rc})
+        return result
     if dry_run == "server":
         rays.create(rc, dry_run=True)
         result.update({"dry_run": "server", "created": False, "raycluster": rc})
@@ -374,14 +378,20 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
     deadline = time.monotonic() + timeout
     unschedulable_seen: dict[str, int] = {}
     last = ""
+    queued = ""  # why Kueue holds the cluster back, while it does
     while True:
         try:
             rc = rays.get(cfg.namespace, name)
             pods = kube.cluster_pods(api, cfg.namespace, name)
+            queued = _kueue_wait(api, cfg.namespace, name, rc) if kueue_queued(rc) else ""
         except Unreachable:  # no answer, 5xx or 429: the API server may be restarting
             _say(progress, "Kubernetes API unreachable; still waiting")
             rc, pods = None, None
-        if pods is not None:
+        if queued:  # Kueue creates no pod of a gang it has not admitted: nothing else to watch
+            if queued != last:
+                _say(progress, queued)
+                last = queued
+        elif pods is not None:
             for p in pods:
                 if p["reason"] == "Unschedulable":
                     unschedulable_seen[p["name"]] = unschedulable_seen.get(p["name"], 0) + 1
@@ -407,6 +417,11 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
                     and st.get("desiredWorkerReplicas", want) == want):
                 break
         if time.monotonic() > deadline:
+            if queued:
+                raise TimedOut(f"timed out after {timeout:.0f}s: {queued}",
+                               hint=f"the RayCluster stays queued, with no pods, until Kueue admits it; "
+                                    f"'miles-ray up' again keeps waiting, 'miles-ray down' removes it; "
+                                    f"'kubectl get workloads -n {cfg.namespace}' shows the queue")
             raise TimedOut(f"timed out after {timeout:.0f}s waiting for {name}: {last}",
                            hint="'miles-ray status' shows each pod's reason")
         time.sleep(POLL)
@@ -414,6 +429,13 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
     if ray_check:
         out["ray"] = wait_ray_joined(cfg, name, want, progress, max(5.0, deadline - time.monotonic()))
     return out
+
+
+def _kueue_wait(api, namespace: str, name: str, rc: dict) -> str:
+    """The progress line of a RayCluster Kueue has not admitted yet: its queue and Kueue's reason."""
+    workload = kube.kueue_workload(api, namespace, rc["metadata"].get("uid", ""))
+    return (f"waiting for Kueue to admit RayCluster {namespace}/{name} (LocalQueue {kueue_queue_of(rc)}; the whole "
+            f"gang at once, no pods until then): {kueue_pending_reason(workload)}")
 
 
 def wait_ray_joined(cfg: MilesRayConfig, name: str, want: int, progress: Progress, timeout: float) -> dict:
@@ -498,6 +520,11 @@ def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_r
                   for i, p in enumerate(pods)],
         "gpu_node_count": ready, "total_gpus": ready * gpus_per_worker,
     }
+    if kueue_queue_of(rc) is not None:  # suspended here means queued by Kueue, not parked
+        out["queue"] = {"kind": "kueue", "queue": kueue_queue_of(rc), "queued": kueue_queued(rc)}
+        if kueue_queued(rc):
+            out["queue"]["reason"] = kueue_pending_reason(
+                kube.kueue_workload(api, cfg.namespace, rc["metadata"].get("uid", "")))
     if rec.get("polyaxon_uuid"):
         out["polyaxon_uuid"] = rec["polyaxon_uuid"]
         try:
@@ -530,7 +557,12 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
         raise NotFound(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
     groups = current["spec"].get("workerGroupSpecs") or []
     now = next((g.get("replicas", 0) for g in groups if g.get("groupName") == cfg.worker_group), None)
-    if now is not None and nodes < now and not force:
+    queue = kueue_queue_of(current)
+    if queue is not None and now is not None and nodes != now and not force:
+        raise Conflict(f"Kueue admits RayCluster {name} (queue {queue!r}): to Kueue a new size is a new Workload, so "
+                       "it suspends the whole cluster (every pod, the head included: Ray restarts and running jobs "
+                       "are lost) and admits it again once the new size fits its quota",
+                       hint="pass --force to resize anyway, once no job needs the running Ray cluster")
         refuse_shrink(cfg, name, nodes)
     if now is not None and nodes > now:
         preflight_grow = kube.gpu_capacity(api, cfg.node_selector, [t.model_dump(exclude_none=True) for t in cfg.tolerations])
@@ -543,8 +575,30 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
         _say(progress, f"adjusted {n} (explicitly, so KubeRay does not clamp the new size)")
     result: dict[str, Any] = {"name": cfg.name, "raycluster": name, "from": now, "to": nodes, "adjusted": notes}
     if wait:
-        result.update(wait_ready(cfg, api, name, nodes, progress, timeout, ray_check and nodes > 0))
+        start = time.monotonic()
+        if queue is not None and nodes != now:
+            _wait_kueue_workload(api, cfg, name, current["metadata"]["uid"], nodes, progress, timeout)
+        result.update(wait_ready(cfg, api, name, nodes, progress, max(5.0, timeout - (time.monotonic() - start)),
+                                 ray_check and nodes > 0))
     return result
+
+
+def _wait_kueue_workload(api, cfg: MilesRayConfig, name: str, uid: str, nodes: int, progress: Progress,
+                         timeout: float) -> None:
+    """After a resize under Kueue: until Kueue has replaced the Workload by one of the new size (it suspends the
+    cluster first), so that waiting for the pods does not take the old ones for the new size."""
+    _say(progress, f"waiting for Kueue to replace the Workload of {name} by one of {nodes} worker(s) (it suspends "
+                   "the whole cluster meanwhile)")
+    deadline = time.monotonic() + timeout
+    while True:
+        wl = kube.kueue_workload(api, cfg.namespace, uid)
+        sets = {s.get("name"): s.get("count") for s in ((wl or {}).get("spec") or {}).get("podSets") or []}
+        if sets.get(cfg.worker_group) == nodes:
+            return
+        if time.monotonic() > deadline:
+            raise TimedOut(f"timed out after {timeout:.0f}s waiting for Kueue to replace the Workload of {name} "
+                           f"by one of {nodes} worker(s)", hint=f"'kubectl get workloads -n {cfg.namespace}' shows it")
+        time.sleep(POLL)
 
 
 def refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:

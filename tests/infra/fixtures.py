@@ -8,6 +8,9 @@ lazy: a run whose tests ask for none of them starts nothing.
                      needed: many minutes cold), in a temporary directory; stopped by PID afterwards.
 ``polyaxon_server``  the real Polyaxon API server (``haupt sandbox``, tests/infra/haupt.py) in its own venv,
                      on 127.0.0.1 and a free port, with the ``miles-data`` connection registered.
+``kueue``            (module-scoped, only for the modules that ask) Kueue's controller manager, CRDs and
+                     webhooks beside the session's control plane (cluster/kueue.py, built by cluster/build.sh
+                     kueue); stopped by PID and its webhooks, CRDs and namespace removed after the module.
 ``local_ray``        a real Ray cluster of separate ``ray start`` processes: a head with 0 GPUs and 4 worker
                      raylets x 8 fake GPUs (miles_ray.adapters.local_ray); stopped by PID, never ``ray stop``.
                      It runs with Ray token authentication, the product default: its token file is exported as
@@ -238,6 +241,24 @@ def ray_token_secret(core_v1: Any, namespace: str, name: str, token: str | None 
     core_v1.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name=name),
                                                                 string_data={key: token}))
     return token
+
+
+@pytest.fixture(scope="module")
+def kueue(fake_k8s: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Kueue's manager running beside ``fake_k8s`` for one test module (``kueue.Kueue``: ``.pid``, ``.log``,
+    ``.ports``, ``.timings``); its log stays in the module's tmp dir. A warm run builds nothing."""
+    kq = load_script("cluster/kueue.py", "miles_ray_kueue")
+    d = tmp_path_factory.mktemp("kueue")
+    try:
+        running = kq.up(fake_k8s.dir, d, die_with_parent=True)
+    except kq.KueueUnavailable as e:
+        knobs.unavailable("Kueue", str(e))
+    try:
+        yield running
+    finally:
+        stopped = kq.down(d)
+        bad = {k: v for k, v in stopped.items() if not v.startswith(("deleted", "stopped", "killed"))}
+        assert not bad, f"Kueue not cleaned up: {bad} (log: {running.log})"
 
 
 # --------------------------------------------------------------------------------------------

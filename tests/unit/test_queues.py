@@ -77,17 +77,30 @@ def test_render_cli_options(cli, clean_env) -> None:
     assert code == 2 and out == "" and "DNS-1123" in err
 
 
-def test_kueue_crd_copy_is_the_recorded_file() -> None:
-    """tests/data/kueue holds Kueue's LocalQueue CRD unchanged (sha256 recorded in SOURCE with its module)."""
-    import hashlib
+def test_kueue_queued_is_a_labelled_suspended_raycluster() -> None:
+    from miles_ray.core.queues import kueue_queue_of, kueue_queued
 
-    from tests.conftest import REPO
+    rc = {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team-a"}}, "spec": {"suspend": True}}
+    assert kueue_queue_of(rc) == "team-a" and kueue_queued(rc)
+    assert not kueue_queued({**rc, "spec": {"suspend": False}})  # admitted
+    assert not kueue_queued({"metadata": {"labels": {}}, "spec": {"suspend": True}})  # parked, no queue
+    assert kueue_queue_of(None) is None and not kueue_queued(None)
 
-    data = REPO / "tests" / "data" / "kueue"
-    source = dict(line.split("=", 1) for line in (data / "SOURCE").read_text().splitlines()
-                  if line and not line.startswith("#"))
-    crd_bytes = (data / "kueue.x-k8s.io_localqueues.yaml").read_bytes()
-    assert hashlib.sha256(crd_bytes).hexdigest() == source["SHA256"]
-    crd = yaml.safe_load(crd_bytes)
-    assert crd["metadata"]["name"] == "localqueues.kueue.x-k8s.io" and source["MODULE"] == "sigs.k8s.io/kueue"
-    assert {v["name"] for v in crd["spec"]["versions"] if v["served"]} >= {"v1beta2"}
+
+def test_kueue_pending_reason_quotes_kueue() -> None:
+    from miles_ray.core.queues import kueue_pending_reason
+
+    assert "no Kueue Workload" in kueue_pending_reason(None)
+    pending = {"metadata": {"name": "raycluster-b-1f2e3"}, "spec": {"active": True}, "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+         "message": "couldn't assign flavors to pod set workers: insufficient unused quota for nvidia.com/gpu in "
+                    "flavor gpu, 2 more needed"}]}}
+    assert kueue_pending_reason(pending) == ("Workload raycluster-b-1f2e3: couldn't assign flavors to pod set "
+                                             "workers: insufficient unused quota for nvidia.com/gpu in flavor gpu, "
+                                             "2 more needed")
+    assert "deactivated" in kueue_pending_reason({**pending, "spec": {"active": False}})
+    admitted = {"metadata": {"name": "w"}, "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "True", "message": "Quota reserved in ClusterQueue gpus"},
+        {"type": "Admitted", "status": "True", "message": "The workload is admitted"}]}}
+    assert kueue_pending_reason(admitted) == "Workload w is admitted; Kueue is unsuspending the RayCluster"
+    assert kueue_pending_reason({"metadata": {"name": "w"}}) == "Workload w is pending"
