@@ -14,6 +14,9 @@ fi
 scripts/haupt-venv.sh >/dev/null          # Polyaxon API server venv (cached outside the repo)
 if command -v go >/dev/null 2>&1 || cluster/build.sh --check >/dev/null 2>&1; then
   cluster/build.sh                        # control-plane binaries from Go modules (cached by version)
+  if command -v go >/dev/null 2>&1; then
+    cluster/build.sh kueue                # Kueue's manager for tests/e2e/test_queues.py (cached by version)
+  fi
 else
   echo "test.sh: WARNING: no Go toolchain and no cached control plane: the e2e tier will be skipped" >&2
 fi

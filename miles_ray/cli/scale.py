@@ -47,7 +47,9 @@ def scale_cmd(
         kube = {} if chosen == "local" else {"wait": wait, "ray_check": ray_check}
         status = clusters.scale(cfg, chosen, nodes, progress=p, timeout=timeout, force=force, **kube)
     if nodes > 0:
-        _, plan = resolve_plan(cfg.model_copy(update={"nodes": nodes}))
+        # the split for the cluster as it was made (its workers' GPUs), not for the configured default
+        gpn = status.get("gpus_per_worker") or status.get("gpus_per_node") or cfg.gpus_per_node
+        _, plan = resolve_plan(cfg.model_copy(update={"nodes": nodes, "gpus_per_node": gpn}))
         status["recommended_split"] = plan.model_dump(mode="json", include={"feasible", "layout", "miles_args", "errors"})
     emit(status, output, lambda: nodes_table(status) if chosen == "local" else (
         kube_status_table(status) if "pods" in status else err.print(f"scaled {cfg.name} to {nodes}")))

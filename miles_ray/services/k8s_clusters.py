@@ -556,24 +556,29 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
     if current is None:
         raise NotFound(f"no RayCluster {cfg.namespace}/{name}", hint="create one with 'miles-ray up'")
     groups = current["spec"].get("workerGroupSpecs") or []
-    now = next((g.get("replicas", 0) for g in groups if g.get("groupName") == cfg.worker_group), None)
+    group = next((g for g in groups if g.get("groupName") == cfg.worker_group), None)
+    now = group.get("replicas", 0) if group is not None else None
+    gpus, cpu, memory = _worker_shape(group, cfg)
     queue = kueue_queue_of(current)
     if queue is not None and now is not None and nodes != now and not force:
         raise Conflict(f"Kueue admits RayCluster {name} (queue {queue!r}): to Kueue a new size is a new Workload, so "
                        "it suspends the whole cluster (every pod, the head included: Ray restarts and running jobs "
                        "are lost) and admits it again once the new size fits its quota",
                        hint="pass --force to resize anyway, once no job needs the running Ray cluster")
+    if now is not None and nodes < now and not force:
         refuse_shrink(cfg, name, nodes)
     if now is not None and nodes > now:
         preflight_grow = kube.gpu_capacity(api, cfg.node_selector, [t.model_dump(exclude_none=True) for t in cfg.tolerations])
-        fit = preflight_grow.fitting(cfg.gpus_per_node, cfg.worker_cpu_request, kube.quantity(cfg.memory_per_node))
+        fit = preflight_grow.fitting(gpus, cpu, memory)
         if len(fit) < nodes - now:
-            raise ClusterError(f"not enough free GPU nodes to grow from {now} to {nodes}: {len(fit)} fit",
-                               hint="use a smaller --nodes or free GPUs")
+            raise ClusterError(f"not enough free GPU nodes to grow from {now} to {nodes}: {len(fit)} fit "
+                               f"{gpus} GPU(s), {cpu:g} CPU and {memory / 2**30:.0f}Gi free, as each worker of "
+                               f"{name} requests", hint="use a smaller --nodes or free GPUs")
     patched, notes = rays.set_replicas(cfg.namespace, name, cfg.worker_group, nodes, on_retry=progress)
     for n in notes:
         _say(progress, f"adjusted {n} (explicitly, so KubeRay does not clamp the new size)")
-    result: dict[str, Any] = {"name": cfg.name, "raycluster": name, "from": now, "to": nodes, "adjusted": notes}
+    result: dict[str, Any] = {"name": cfg.name, "raycluster": name, "from": now, "to": nodes, "adjusted": notes,
+                              "gpus_per_worker": gpus}
     if wait:
         start = time.monotonic()
         if queue is not None and nodes != now:
@@ -581,6 +586,18 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
         result.update(wait_ready(cfg, api, name, nodes, progress, max(5.0, timeout - (time.monotonic() - start)),
                                  ray_check and nodes > 0))
     return result
+
+
+def _worker_shape(group: dict[str, Any] | None, cfg: MilesRayConfig) -> tuple[int, float, float]:
+    """GPUs, CPU and memory (bytes) each worker of ``group`` requests (its Ray container), as the cluster was made;
+    the configured values where the group does not say."""
+    containers = (((group or {}).get("template") or {}).get("spec") or {}).get("containers") or [{}]
+    res = containers[0].get("resources") or {}
+    want = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    gpus = int(kube.quantity(want[kube.GPU])) if kube.GPU in want else cfg.gpus_per_node
+    cpu = kube.quantity(want["cpu"]) if "cpu" in want else cfg.worker_cpu_request
+    memory = kube.quantity(want["memory"]) if "memory" in want else kube.quantity(cfg.memory_per_node)
+    return gpus, cpu, memory
 
 
 def _wait_kueue_workload(api, cfg: MilesRayConfig, name: str, uid: str, nodes: int, progress: Progress,

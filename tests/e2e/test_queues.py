@@ -158,6 +158,9 @@ def test_kueue_admits_a_gang_that_fits_and_holds_back_one_that_does_not(kube_env
     code, _, err = cli(*scale, "--force")
     assert code == 0, err
     assert "waiting for Kueue to replace the Workload of gang-a by one of 1 worker(s)" in err
+    # the split printed for the new size is for the cluster's own workers (2 GPUs), not the default 8
+    [split] = [ln for ln in err.splitlines() if ln.startswith("split for 1 node(s)")]
+    assert "--actor-num-gpus-per-node 2 --num-gpus-per-node 2" in split, split
     after = [p.metadata.name for p in pods_of(core_v1, namespace, "gang-a") if p.metadata.deletion_timestamp is None]
     assert head not in after and len(worker_pods(core_v1, namespace, "gang-a")) == 1  # a new head: Ray restarted
 
