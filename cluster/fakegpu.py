@@ -622,6 +622,16 @@ def _write_state(d: Path, state: dict[str, Any]) -> None:
     tmp.replace(d / "state.json")
 
 
+def remove_paths(d: Path, names: tuple[str, ...]) -> None:
+    """Remove each of ``names`` under ``d`` (a directory with its contents, or a file) if it is there."""
+    for sub in names:
+        p = d / sub
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+
+
 def up(
     dir: str | Path = DEFAULT_DIR,
     nodes: int = 4,
@@ -673,12 +683,7 @@ def up(
     paths = artifact_paths()
     versions = read_versions()
     # Fresh state every time: etcd data, certificates, logs.
-    for sub in ("etcd", "pki", "logs", "kwok-home", "state.json", "kubeconfig"):
-        p = d / sub
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
+    remove_paths(d, ("etcd", "pki", "logs", "kwok-home", "state.json", "kubeconfig"))
     d.mkdir(parents=True, exist_ok=True)
     logs = d / "logs"
     pki = d / "pki"

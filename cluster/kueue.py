@@ -272,12 +272,7 @@ def up(cluster_dir: str | Path = fakegpu.DEFAULT_DIR, dir: str | Path | None = N
     paths = artifact_paths()
     t_up = time.monotonic()
 
-    for sub in ("certs", "etc-upper", "etc-work", "logs", STATE_FILE, "config.yaml", "kubeconfig"):
-        p = d / sub
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
+    fakegpu.remove_paths(d, ("certs", "etc-upper", "etc-work", "logs", STATE_FILE, "config.yaml", "kubeconfig"))
     d.mkdir(parents=True, exist_ok=True)
     (d / "logs").mkdir()
     pki = cdir / "pki"

@@ -26,14 +26,8 @@ CLUSTER_ATTEMPTS = 2
 def _dashboard_log_tail(state: dict) -> str:
     """The last line of the head's dashboard log (why it went away, when it says so), or ''."""
     temp = state.get("temp_dir")
-    if not temp:
-        return ""
-    path = Path(temp) / "session_latest" / "logs" / "dashboard.log"
-    try:
-        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:240] if lines else ""
+    text = processes.tail(Path(temp) / "session_latest" / "logs" / "dashboard.log", 40) if temp else ""
+    return ray_nodes.last_line(text) if text.strip() else ""
 
 
 # --------------------------------------------------------------------------------------------

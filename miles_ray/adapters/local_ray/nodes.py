@@ -235,7 +235,7 @@ def poll_nodes(
             code = popen.returncode if popen is not None else None
             raise NodeDidNotStart(
                 f"`ray start` exited{f' with code {code}' if code is not None else ''}: "
-                + _last_line(processes.tail(watched["log"], 40)),
+                + last_line(processes.tail(watched["log"], 40)),
                 timed_out=False,
             )
         if time.monotonic() >= deadline:
@@ -246,7 +246,7 @@ def poll_nodes(
         time.sleep(POLL_SECONDS)
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     """The last line of a ``ray start`` log worth quoting (the error, not a blank or a ruler)."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip().strip("-=~ ")]
     return (lines[-1][:240] if lines else "no output")
