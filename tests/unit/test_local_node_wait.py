@@ -94,3 +94,31 @@ def test_refusals_then_an_answer_reset_the_lost_head_clock():
         t.join()
         for s in started:
             s.close()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_dashboard_refusing_this_clusters_token_is_another_clusters_and_fails_the_attempt_at_once(status, monkeypatch):
+    # Two clusters starting at once can both find 8265 free; the head that lost the race then polls the other
+    # cluster's dashboard, which refuses its token. That attempt must end (new ports next time), not wait it out.
+    monkeypatch.setattr(nodes, "FOREIGN_DASHBOARD_SECONDS", 1.0)
+    srv = _Server(status=status)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(nodes.NodeDidNotStart) as exc:
+            nodes.poll_nodes(lambda ns: ns, srv.url, budget=60)
+        assert time.monotonic() - t0 < 30
+        assert not exc.value.timed_out
+        assert f"{srv.url} answers HTTP {status} to this cluster's token" in exc.value.reason
+    finally:
+        srv.close()
+
+
+def test_one_refusal_of_the_token_then_an_answer_is_not_a_foreign_dashboard(monkeypatch):
+    monkeypatch.setattr(nodes, "FOREIGN_DASHBOARD_SECONDS", 1.5)
+    srv = _Server(status=403, rows=[{"state": "ALIVE"}])
+    try:
+        threading.Timer(0.6, lambda: setattr(srv, "status", 200)).start()
+        got = nodes.poll_nodes(lambda ns: ns, srv.url, budget=20)
+        assert got == [{"state": "ALIVE"}]
+    finally:
+        srv.close()

@@ -81,6 +81,10 @@ RAY_ENV = {
 # A worker's start is judged through the head's dashboard: when that refuses connections (nothing listens on its
 # port any more) for this long, the head is gone, and restarting the worker cannot help (:class:`HeadLost`)
 HEAD_GONE_SECONDS = 30.0
+# The dashboard port answering 401/403 to this cluster's own token: another cluster's dashboard took the port
+# between our check that it was free and our head binding it (two clusters starting at once). Waiting cannot
+# help; a new attempt picks new ports.
+FOREIGN_DASHBOARD_SECONDS = 5.0
 
 
 class NodeDidNotStart(Exception):
@@ -98,6 +102,12 @@ class HeadLost(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _foreign(exc: BaseException) -> int | None:
+    """The HTTP status when the dashboard refused this cluster's token (401/403), else None."""
+    code = getattr(exc, "code", None)
+    return code if isinstance(exc, urllib.error.HTTPError) and code in (401, 403) else None
 
 
 def _refused(exc: BaseException) -> bool:
@@ -209,20 +219,32 @@ def poll_nodes(
 
     Raises :class:`NodeDidNotStart` when ``watched`` (a node's ``ray start``) exits or ``budget``
     runs out. Errors and slow answers from the dashboard only mean "not ready yet", except, with
-    ``head_gone_after``, connections refused for that many seconds in a row: :class:`HeadLost`.
+    ``head_gone_after``, connections refused for that many seconds in a row: :class:`HeadLost`, and
+    401/403 to this cluster's token for :data:`FOREIGN_DASHBOARD_SECONDS` (another cluster's dashboard on the
+    port): :class:`NodeDidNotStart` at once, so the next attempt picks new ports.
     """
     deadline = time.monotonic() + budget
     last_err = ""
     refused_since: float | None = None
+    foreign_since: float | None = None
     while True:
         left = deadline - time.monotonic()
         try:
             got = check(fetch_nodes(dashboard_url, timeout=max(1.0, min(HTTP_TIMEOUT_SECONDS, left))))
-            refused_since = None
+            refused_since = foreign_since = None
             if got:
                 return got
         except NOT_READY_ERRORS as exc:
             last_err = f"{type(exc).__name__}: {exc}"
+            code = _foreign(exc)
+            if code is None:
+                foreign_since = None
+            elif foreign_since is None:
+                foreign_since = time.monotonic()
+            elif time.monotonic() - foreign_since >= FOREIGN_DASHBOARD_SECONDS:
+                raise NodeDidNotStart(
+                    f"{dashboard_url} answers HTTP {code} to this cluster's token: another Ray cluster's dashboard "
+                    "holds that port (taken while this node started)", timed_out=False) from None
             if not _refused(exc):
                 refused_since = None
             elif refused_since is None:
