@@ -1,6 +1,7 @@
 """Shared test helpers. The real components every tier shares (one control plane, one local Ray cluster,
 one Polyaxon server per run) are session fixtures of the root plugin tests/infra/fixtures.py; the test
-knobs (``MILESRAY_TEST_*``) and the strict switch are in tests/infra/knobs.py."""
+knobs (``MILESRAY_TEST_*``) and the strict switch are in tests/infra/knobs.py; SIGTERM tears the session
+down like Ctrl-C (tests/infra/signals.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.infra.knobs", "tests.infra.fixtures"]
+pytest_plugins = ["tests.infra.knobs", "tests.infra.signals", "tests.infra.fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "3f" * 32  # a well-formed example digest (no registry is contacted in tests)
