@@ -219,6 +219,13 @@ def build_ray(spec: dict[str, str], python: str) -> None:
             f'chroot "$1" {chroot_env} {RAY_VENV}/bin/pip install --quiet --no-index --no-cache-dir '
             f'--find-links /tmp/wheels -c /tmp/wheels/constraints.txt "ray[default]=={rv}"',
             f'rm -rf "$1/tmp/wheels"',
+            # Bytecode that stays valid in the image: the image's files get mtime 0 (SOURCE_DATE_EPOCH), so
+            # the timestamp-based .pyc that pip and Debian wrote no longer match their sources and every
+            # Python process in a pod (ray start, raylet workers, dashboard, agents, job drivers) would
+            # compile what it imports again, and again (PYTHONDONTWRITEBYTECODE). Hash-based .pyc do not
+            # depend on mtimes.
+            f'chroot "$1" {chroot_env} {RAY_VENV}/bin/python -m compileall -q -f -j0 --invalidation-mode '
+            f'checked-hash {RAY_VENV}/lib /usr/lib/python3.11 >/dev/null',
             # KubeRay starts Ray with `bash -lc`: /etc/profile resets PATH, so put the venv back on it.
             f"printf '%s' '{profile}' > \"$1/etc/profile.d/ray.sh\"",
             f'chroot "$1" {chroot_env} {RAY_VENV}/bin/python -c "import ray, ray.dashboard; print(ray.__version__)"',

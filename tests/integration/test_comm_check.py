@@ -74,7 +74,7 @@ def test_actor_that_never_starts_is_named_and_the_rest_still_ring(env, cli):
     healthy = gpu_nodes(env.address)
     with extra_nodes(env.status(), [NodeSpec("127.0.0.72", "no-start", env=comm_fault_env("no-start"))]) as [node]:
         code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "10")
-    assert code == CHECK_FAILED
+    assert code == CHECK_FAILED, out + err
     assert node.ip in out and "actor did not start within 10s" in out and "comm check FAILED" in out
     assert out.count("PASS") == len(healthy) == 4  # the four others formed a ring among themselves
 

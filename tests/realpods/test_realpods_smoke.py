@@ -44,3 +44,36 @@ def test_real_nodes_are_ready_with_fake_gpus(cluster: RealPods) -> None:
     assert len(ips) == 3
     assert cluster.image.startswith("milesray.local/ray:2.60.0-") and "@sha256:" in cluster.image
 
+
+
+def test_the_pod_image_bytecode_is_valid_without_mtimes(cluster: RealPods) -> None:
+    """The image's files carry mtime 0 (reproducible build), so a timestamp-based .pyc never matches its source
+    and every Python process in a pod would compile what it imports again; the build writes hash-based
+    .pyc instead. Checked on the cached image itself: the venv's ``ray/__init__`` and the stdlib's ``os``."""
+    import importlib.util
+    import json
+    import tarfile
+
+    from tests.infra.realpods import realnodes
+
+    image = realnodes.artifact_paths(fakegpu)["ray-image"]
+    with tarfile.open(image) as outer:
+        manifest = json.load(outer.extractfile("manifest.json"))
+        layer = outer.extractfile(manifest[0]["Layers"][0])
+        wanted = {"./opt/ray/lib/python3.11/site-packages/ray/__init__.py",
+                  "./opt/ray/lib/python3.11/site-packages/ray/__pycache__/__init__.cpython-311.pyc",
+                  "./usr/lib/python3.11/os.py", "./usr/lib/python3.11/__pycache__/os.cpython-311.pyc"}
+        files: dict[str, bytes] = {}
+        with tarfile.open(fileobj=layer, mode="r|") as inner:
+            for member in inner:
+                if member.name in wanted:
+                    files[member.name] = inner.extractfile(member).read()
+                    if len(files) == len(wanted):
+                        break
+    assert len(files) == len(wanted), sorted(wanted - set(files))
+    for source in (n for n in wanted if n.endswith(".py")):
+        head, name = source.rsplit("/", 1)
+        pyc = files[f"{head}/__pycache__/{name[:-3]}.cpython-311.pyc"]
+        flags = int.from_bytes(pyc[4:8], "little")
+        assert flags & 1, f"{source}: timestamp-based .pyc (flags {flags}): stale once mtimes are 0"
+        assert pyc[8:16] == importlib.util.source_hash(files[source]), f"{source}: .pyc of another source"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.infra.realpods import RealPods, realnodes
+from tests.infra.realpods import SUMMARY, RealPods, realnodes
 
 pytestmark = pytest.mark.real_pods
 
@@ -17,7 +17,9 @@ pytestmark = pytest.mark.real_pods
 def test_teardown_leaves_nothing(real_pods: RealPods) -> None:
     td = real_pods.stop()
     real_pods.figures["teardown_s"] = round(td.seconds, 1)
-    print("\nREAL_PODS_FIGURES " + json.dumps(real_pods.figures, sort_keys=True), file=sys.stderr)
+    line = "REAL_PODS_FIGURES " + json.dumps(real_pods.figures, sort_keys=True)
+    print("\n" + line, file=sys.stderr)
+    SUMMARY.append(line)  # and in the run's summary (tests/realpods/conftest.py), passed or not
     assert td.leftovers and not any(td.leftovers.values()), td.leftovers  # no process, mount, cgroup, netns
     # The kubelets' sysctls (and forwarding) as they were; no interface, netns, iptables rule or mount added.
     assert realnodes.read_sysctls() == real_pods.host_before["sysctls"]
