@@ -537,6 +537,8 @@ def status(cfg: MilesRayConfig, api_client=None, name: str | None = None, with_r
                 topo = ray_jobs.cluster_topology(url)
             out["ray_nodes_alive"] = len(topo["nodes"])  # cluster_topology lists ALIVE nodes only
             out["ray_gpus"] = sum(n["gpus"] for n in topo["nodes"])
+            # which pods Ray sees: a pod deleted a moment ago stays ALIVE in Ray until its health check fails
+            out["ray_node_ips"] = sorted(n["ip"] for n in topo["nodes"] if n.get("ip"))
         except ClusterError as e:
             out["ray_nodes_alive"] = None
             out["ray_error"] = str(e)

@@ -99,6 +99,16 @@ def _rayclusters(ns: SimpleNamespace) -> list[dict]:
     return ns.crd.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"]
 
 
+def _ray_sees_the_pods(live: SimpleNamespace) -> bool:
+    """Ray's ALIVE nodes are exactly the cluster's running pods (head + 2 GPU workers) -- not a count: a pod
+    deleted a moment ago stays ALIVE in Ray until its health check fails, and would stand in for its
+    replacement that has not joined yet."""
+    pods = [p for p in live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None and p.status.pod_ip]
+    st = json.loads(live.mr("status", "--backend", "kubernetes", "--ray", "-o", "json")[1] or "{}")
+    return len(pods) == 3 and st.get("ray_node_ips") == sorted(p.status.pod_ip for p in pods)
+
+
 def _step_seconds(stderr: str) -> dict[str, float]:
     """Seconds per step of the sequence, from its '== step' log lines (HH:MM:SS stamps)."""
     marks = []
@@ -347,8 +357,7 @@ def test_worker_pod_killed_mid_rehearsal_fails_the_run_with_the_reason(live: Sim
     assert errors and all("died while held" in e for e in errors), errors
     assert any(victim.status.pod_ip in e for e in errors), (victim.status.pod_ip, errors)  # names the lost node
     # KubeRay replaces the worker; Ray has both GPU workers again before the next test
-    poll("Ray to have 2 GPU workers again", lambda: json.loads(live.mr(
-        "status", "--backend", "kubernetes", "--ray", "-o", "json")[1] or "{}").get("ray_nodes_alive") == 3, 300)
+    poll("Ray to see the head and both GPU worker pods of now", lambda: _ray_sees_the_pods(live), 300)
 
 
 def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: RealPods) -> None:
@@ -382,8 +391,7 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
         p.get("name") == new_head for p in s.get("pods", [])) and s, 120)
     assert old_head not in {p.get("name") for p in st["pods"]}
     # the workers reconnect to the new head; Ray has both GPU workers again before the next test
-    poll("Ray to have 2 GPU workers again", lambda: json.loads(live.mr(
-        "status", "--backend", "kubernetes", "--ray", "-o", "json")[1] or "{}").get("ray_nodes_alive") == 3, 300)
+    poll("Ray to see the head and both GPU worker pods of now", lambda: _ray_sees_the_pods(live), 300)
 
 
 def test_park_frees_the_pods_and_resume_brings_both_workers_back_into_ray(live: SimpleNamespace,
