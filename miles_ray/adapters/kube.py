@@ -433,6 +433,7 @@ def cluster_pods(api_client, namespace: str, cluster: str) -> list[dict]:
             "message": message,
             "fatal": fatal or reason == "Unschedulable",
             "deleting": p.metadata.deletion_timestamp is not None,
+            "ip": p.status.pod_ip,
         })
     return sorted(out, key=lambda d: (d["role"] != "head", d["name"]))
 

@@ -206,16 +206,25 @@ def wait_for_gpu_nodes(
     timeout: float = 600,
     progress: Progress = None,
     poll: float = 2.0,
+    among: Callable[[], set[str]] | None = None,
 ) -> dict:
-    """Block until at least ``n_nodes`` ALIVE nodes each advertise >= ``gpus_per_node`` GPUs."""
+    """Block until at least ``n_nodes`` ALIVE nodes each advertise >= ``gpus_per_node`` GPUs.
+
+    ``among``, read again at each poll, gives the IPs that may count (on Kubernetes: the worker pods that
+    exist now): a node whose pod was deleted a moment ago stays ALIVE in Ray until its health check fails
+    and must not stand in for its replacement."""
     deadline = time.monotonic() + timeout
     last = None
     while True:
         topo = cluster_topology(address)
-        ready = [n for n in topo["nodes"] if n["gpus"] >= gpus_per_node]
+        gpu_nodes = [n for n in topo["nodes"] if n["gpus"] >= gpus_per_node]
+        allowed = among() if among is not None else None
+        ready = [n for n in gpu_nodes if allowed is None or n["ip"] in allowed]
         if len(ready) >= n_nodes:
             return topo
         msg = f"waiting for {n_nodes} nodes with {gpus_per_node} GPUs: {len(ready)} ready"
+        if len(gpu_nodes) > len(ready):
+            msg += f" ({len(gpu_nodes) - len(ready)} more still ALIVE in Ray from pods that are gone)"
         if progress is not None and msg != last:
             progress(msg)
             last = msg

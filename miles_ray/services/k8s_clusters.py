@@ -427,7 +427,7 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
         time.sleep(POLL)
     out = status(cfg, api_client=api, name=name, with_ray=False)
     if ray_check:
-        out["ray"] = wait_ray_joined(cfg, name, want, progress, max(5.0, deadline - time.monotonic()))
+        out["ray"] = wait_ray_joined(cfg, api, name, want, progress, max(5.0, deadline - time.monotonic()))
     return out
 
 
@@ -438,10 +438,17 @@ def _kueue_wait(api, namespace: str, name: str, rc: dict) -> str:
             f"gang at once, no pods until then): {kueue_pending_reason(workload)}")
 
 
-def wait_ray_joined(cfg: MilesRayConfig, name: str, want: int, progress: Progress, timeout: float) -> dict:
+def wait_ray_joined(cfg: MilesRayConfig, api, name: str, want: int, progress: Progress, timeout: float) -> dict:
+    """Wait until ``want`` GPU worker pods of now are ALIVE in Ray (matched by pod IP: the Ray node of a pod
+    deleted a moment ago stays ALIVE until its health check fails and does not count)."""
+
+    def worker_ips() -> set[str]:
+        return {p["ip"] for p in kube.cluster_pods(api, cfg.namespace, name)
+                if p["role"] == "worker" and p["ready"] and not p["deleting"] and p["ip"]}
+
     with open_head(k8s_address(cfg.namespace, name), kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
         _say(progress, f"waiting for {want} GPU worker(s) to join Ray (dashboard via port-forward {url})")
-        return ray_jobs.wait_for_gpu_nodes(url, want, cfg.gpus_per_node, timeout, progress)
+        return ray_jobs.wait_for_gpu_nodes(url, want, cfg.gpus_per_node, timeout, progress, among=worker_ips)
 
 
 # -- status, scale, down --------------------------------------------------------------------------

@@ -132,6 +132,22 @@ def test_up_reports_gpu_nodes_and_a_zero_gpu_head(local_ray):
     assert all(not lo <= port <= hi for port in fixed), (fixed, lo, hi)
 
 
+def test_gpu_node_wait_counts_only_the_nodes_it_is_told_exist(local_ray):
+    """On Kubernetes the wait for GPU workers counts only the worker pods that exist now (``among``): a
+    deleted pod's Ray node stays ALIVE until its health check fails. Here: 4 real ALIVE GPU raylets, told
+    that one of them is gone -> not enough, and the progress says why; told all four -> done."""
+    gpu = sorted(n["ip"] for n in ray_jobs.cluster_topology(local_ray.address)["nodes"] if n["gpus"] >= 8)
+    assert len(gpu) == 4 == len(set(gpu))
+    said: list[str] = []
+    with pytest.raises(ClusterError) as e:
+        ray_jobs.wait_for_gpu_nodes(local_ray.address, 4, 8, timeout=1, progress=said.append, poll=0.2,
+                                    among=lambda: set(gpu[1:]))
+    assert "only 3 of 4 nodes with 8 GPUs joined" in str(e.value)
+    assert said == ["waiting for 4 nodes with 8 GPUs: 3 ready (1 more still ALIVE in Ray from pods that are gone)"]
+    topo = ray_jobs.wait_for_gpu_nodes(local_ray.address, 4, 8, timeout=5, among=lambda: set(gpu))
+    assert sorted(n["ip"] for n in topo["nodes"] if n["gpus"] >= 8) == gpu
+
+
 def test_up_again_is_a_no_op(local_ray):
     before = local_ray.pids()
     again = lr.up(local_ray.state_dir, local_ray.name, 4, 8, 8)
