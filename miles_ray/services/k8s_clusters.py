@@ -411,7 +411,7 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
                 last = msg
             st = (rc or {}).get("status", {})
             meta = (rc or {}).get("metadata", {})
-            workers_ready = sum(1 for p in pods if p["role"] == "worker" and p["ready"] and not p["deleting"])
+            workers_ready = len(_ready_workers(pods))
             if (rc is not None and st.get("observedGeneration", 0) >= meta.get("generation", 1)
                     and st.get("readyWorkerReplicas", 0) == want and workers_ready == want
                     and st.get("desiredWorkerReplicas", want) == want):
@@ -438,13 +438,17 @@ def _kueue_wait(api, namespace: str, name: str, rc: dict) -> str:
             f"gang at once, no pods until then): {kueue_pending_reason(workload)}")
 
 
+def _ready_workers(pods: list[dict]) -> list[dict]:
+    """The worker pods (of ``kube.cluster_pods``) that are ready and not being deleted."""
+    return [p for p in pods if p["role"] == "worker" and p["ready"] and not p["deleting"]]
+
+
 def wait_ray_joined(cfg: MilesRayConfig, api, name: str, want: int, progress: Progress, timeout: float) -> dict:
     """Wait until ``want`` GPU worker pods of now are ALIVE in Ray (matched by pod IP: the Ray node of a pod
     deleted a moment ago stays ALIVE until its health check fails and does not count)."""
 
     def worker_ips() -> set[str]:
-        return {p["ip"] for p in kube.cluster_pods(api, cfg.namespace, name)
-                if p["role"] == "worker" and p["ready"] and not p["deleting"] and p["ip"]}
+        return {p["ip"] for p in _ready_workers(kube.cluster_pods(api, cfg.namespace, name)) if p["ip"]}
 
     with open_head(k8s_address(cfg.namespace, name), kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
         _say(progress, f"waiting for {want} GPU worker(s) to join Ray (dashboard via port-forward {url})")

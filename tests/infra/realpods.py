@@ -185,7 +185,7 @@ def start_real_pods(d: Path, gpu_nodes: int = REAL_GPU_NODES, gpus: int = REAL_G
     t = time.monotonic()
     try:
         cluster = fakegpu.up(d, nodes=0, cpu_nodes=0, real_nodes=gpu_nodes, real_cpu_nodes=cpu_nodes,
-                             real_gpus=gpus, die_with_parent=True, timeout=600)
+                             real_gpus=gpus, die_with_parent=True, timeout=600, build=False)  # built above
     except fakegpu.ToolchainMissing as e:
         skip_or_fail(str(e))
         raise  # unreachable

@@ -82,16 +82,26 @@ def _run(tmp_path: Path, plugin: bool, hang: bool = False, swallow: bool = False
                             text=True, preexec_fn=default_signals)
 
 
-@pytest.mark.parametrize("plugin", [True, False], ids=["with-plugin", "without-plugin"])
-def test_sigterm_tears_the_session_down(tmp_path: Path, plugin: bool) -> None:
-    proc = _run(tmp_path, plugin)
+def _sigterm(tmp_path: Path, again_after: str | None = None, **run: bool) -> tuple[subprocess.Popen, str, int]:
+    """Start the child run (``_run``), SIGTERM it once its test runs -- and again once the file ``again_after``
+    appears --, wait for it to end; returns it, its output and the PID of its session fixture's process."""
+    proc = _run(tmp_path, **run)
     try:
         _wait_for(tmp_path / "ready")
         child = int((tmp_path / "child.pid").read_text())
         proc.send_signal(signal.SIGTERM)
+        if again_after:
+            _wait_for(tmp_path / again_after)
+            proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
+    return proc, out, child
+
+
+@pytest.mark.parametrize("plugin", [True, False], ids=["with-plugin", "without-plugin"])
+def test_sigterm_tears_the_session_down(tmp_path: Path, plugin: bool) -> None:
+    proc, out, child = _sigterm(tmp_path, plugin=plugin)
     if plugin:
         assert (tmp_path / "torn-down").exists(), out
         assert not _alive(child)
@@ -107,14 +117,7 @@ def test_sigterm_tears_the_session_down(tmp_path: Path, plugin: bool) -> None:
 
 
 def test_sigterm_swallowed_by_the_running_test_still_stops_the_run(tmp_path: Path) -> None:
-    proc = _run(tmp_path, plugin=True, swallow=True)
-    try:
-        _wait_for(tmp_path / "ready")
-        child = int((tmp_path / "child.pid").read_text())
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    proc, out, child = _sigterm(tmp_path, plugin=True, swallow=True)
     assert (tmp_path / "first-done").exists(), out  # the test went on after swallowing it ...
     assert not (tmp_path / "second-ran").exists(), out  # ... but no further test ran
     assert (tmp_path / "torn-down").exists() and not _alive(child), out
@@ -122,19 +125,12 @@ def test_sigterm_swallowed_by_the_running_test_still_stops_the_run(tmp_path: Pat
 
 
 def test_second_sigterm_kills_a_hanging_teardown(tmp_path: Path) -> None:
-    proc = _run(tmp_path, plugin=True, hang=True)
+    proc, _, child = _sigterm(tmp_path, again_after="teardown-started", plugin=True, hang=True)
     try:
-        _wait_for(tmp_path / "ready")
-        child = int((tmp_path / "child.pid").read_text())
-        proc.send_signal(signal.SIGTERM)
-        _wait_for(tmp_path / "teardown-started")
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGTERM
+        assert not (tmp_path / "torn-down").exists()
     finally:
-        proc.kill()
         try:
-            os.kill(child, signal.SIGKILL)
+            os.kill(child, signal.SIGKILL)  # the cut teardown never stopped it
         except ProcessLookupError:
             pass
-    assert proc.returncode == -signal.SIGTERM
-    assert not (tmp_path / "torn-down").exists()
