@@ -256,7 +256,10 @@ def main() -> int:
         "ok": bool(report) and all(not e.get("missing") for e in report),
         "seconds": round(time.monotonic() - started, 2),
     }
-    print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+    # one write call: print() writes the text and its newline separately, and Ray's log thread
+    # prints the workers' lines to this stdout in between
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
     return 0
 
 

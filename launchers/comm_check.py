@@ -262,7 +262,10 @@ def torch_allreduce(backend: str, rank: int, world: int, master: tuple[str, int]
 
 def emit(result: dict) -> None:
     sys.stdout.flush()
-    print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+    # one write call: print() writes the text and its newline separately, and Ray's log thread
+    # prints the workers' lines to this stdout in between
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,7 +59,10 @@ def main(argv: list[str]) -> int:
     if result is None:
         result = listing(root, paths)
         result["where"] = f"driver {result.get('ip')} (no worker had room within {WORKER_WAIT_SECONDS}s)"
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    # one write call: print() writes the text and its newline separately, and Ray's log thread
+    # prints the workers' lines to this stdout in between
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
     return 0
 
 

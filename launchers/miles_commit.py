@@ -134,7 +134,10 @@ def main(argv: list[str]) -> int:
     if result is None:
         result = read_commit(root)
         result["where"] = f"driver {result.get('node_ip')} (no GPU worker answered within {timeout:g}s)"
-    print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+    # one write call: print() writes the text and its newline separately, and Ray's log thread
+    # prints the workers' lines to this stdout in between
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
     return 0
 
 

@@ -202,7 +202,10 @@ def plan(args: argparse.Namespace) -> tuple[dict, dict, list[str]]:
 
 def emit(result: dict) -> None:
     sys.stdout.flush()
-    print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+    # one write call: print() writes the text and its newline separately, and Ray's log thread
+    # prints the workers' lines to this stdout in between
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
 
 
 def _fmt_table(rows: list[list[str]], header: list[str]) -> str:

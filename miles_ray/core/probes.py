@@ -49,15 +49,22 @@ def probe_id(kind: str, cluster: str, token: str) -> str:
 
 
 def parse_result(log_text: str) -> dict[str, Any] | None:
-    """The payload's answer: the last ``MILES_RAY_PROBE_RESULT {json}`` line of its log, or None."""
+    """The payload's answer: the last ``MILES_RAY_PROBE_RESULT {json}`` line of its log, or None.
+
+    Text that another thread of the driver wrote on the same line after the JSON object (Ray prints the
+    workers' log lines to the driver's stdout) is ignored; a line whose JSON is cut short does not hide an
+    earlier complete one."""
+    decoder = json.JSONDecoder()
     for line in reversed((log_text or "").splitlines()):
-        idx = line.find(RESULT_PREFIX)
-        if idx >= 0:
-            try:
-                value = json.loads(line[idx + len(RESULT_PREFIX):])
-            except ValueError:
-                return None
-            return value if isinstance(value, dict) else None
+        idx = line.rfind(RESULT_PREFIX)
+        if idx < 0:
+            continue
+        try:
+            value, _ = decoder.raw_decode(line, idx + len(RESULT_PREFIX))
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
     return None
 
 

@@ -59,7 +59,7 @@ def test_closed_port_names_the_unreachable_node(env, cli):
     healthy = gpu_nodes(env.address)
     with extra_nodes(env.status(), [NodeSpec("127.0.0.71", "closed-port", env=comm_fault_env("closed-port"))]) as [node]:
         code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "20", "-o", "json")
-    assert code == CHECK_FAILED
+    assert code == CHECK_FAILED, out + err
     report = json.loads(out)
     assert report["ok"] is False and report["gpu_nodes"] == len(healthy) + 1 == 5
     bad = [n for n in report["nodes"] if n["status"] == "unreachable"]
