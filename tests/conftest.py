@@ -6,6 +6,7 @@ down like Ctrl-C (tests/infra/signals.py)."""
 from __future__ import annotations
 
 import os
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -17,17 +18,35 @@ DIGEST = "sha256:" + "3f" * 32  # a well-formed example digest (no registry is c
 IMAGE = f"radixark/miles:latest@{DIGEST}"
 
 
+CLI_CALLS_KEPT = 4  # the last calls of a test, shown when it fails
+
+
 @pytest.fixture
-def cli(capsys):
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+def cli(capsys, request):
+    """Run the CLI in-process; returns (exit code, stdout, stderr). A failing test's report shows its last
+    calls with what the CLI printed, so a wrong exit code says why without running it again."""
     from miles_ray.cli.app import main
+
+    calls = request.node.__dict__.setdefault("_miles_ray_cli_calls", deque(maxlen=CLI_CALLS_KEPT))
 
     def run(*args: str) -> tuple[int, str, str]:
         code = main(list(args))
         captured = capsys.readouterr()
+        calls.append((args, code, captured.out, captured.err))
         return code, captured.out, captured.err
 
     return run
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    calls = item.__dict__.get("_miles_ray_cli_calls")
+    if calls and report.failed:
+        for args, code, out, err in calls:
+            report.sections.append((f"miles-ray {' '.join(args)[:160]} -> exit {code}",
+                                    f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}"))
 
 
 @pytest.fixture
