@@ -358,6 +358,7 @@ def test_worker_pod_killed_mid_rehearsal_fails_the_run_with_the_reason(live: Sim
     assert any(victim.status.pod_ip in e for e in errors), (victim.status.pod_ip, errors)  # names the lost node
     # KubeRay replaces the worker; Ray has both GPU workers again before the next test
     poll("Ray to see the head and both GPU worker pods of now", lambda: _ray_sees_the_pods(live), 300)
+    real_pods.figures["worker_deleted_to_replacement_in_ray_s"] = round(time.monotonic() - t, 1)
 
 
 def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: RealPods) -> None:
@@ -386,12 +387,14 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
         return ok[0].metadata.name if ok else None
 
     new_head = poll("KubeRay to recreate the head pod", new_head_running, 300)
+    real_pods.figures["head_deleted_to_new_head_running_s"] = round(time.monotonic() - t, 1)
     st = poll("status to show the new head", lambda: (s := json.loads(live.mr(
         "status", "--backend", "kubernetes", "-o", "json")[1] or "{}")) and any(
         p.get("name") == new_head for p in s.get("pods", [])) and s, 120)
     assert old_head not in {p.get("name") for p in st["pods"]}
     # the workers reconnect to the new head; Ray has both GPU workers again before the next test
     poll("Ray to see the head and both GPU worker pods of now", lambda: _ray_sees_the_pods(live), 300)
+    real_pods.figures["head_deleted_to_workers_back_in_ray_s"] = round(time.monotonic() - t, 1)
 
 
 def test_park_frees_the_pods_and_resume_brings_both_workers_back_into_ray(live: SimpleNamespace,
