@@ -18,7 +18,8 @@ from tests.e2e.test_kube_cli import kube_args, up_args
 pytestmark = pytest.mark.e2e
 
 OTHER_IMAGE = "radixark/miles:dev@sha256:" + "7a" * 32
-CHECKS = {"pods_pending", "container_failures", "shm", "gpu_visibility", "external_ray", "image_drift", "data"}
+CHECKS = {"pods_pending", "container_failures", "shm", "gpu_visibility", "external_ray", "image_drift", "data",
+          "ray_membership"}
 
 
 def doctor(cli, namespace: str) -> tuple[int, dict, str]:
@@ -50,6 +51,7 @@ def test_pending_pod_whose_gpus_no_node_has(kube_env, cli, core_v1, custom_objec
     assert f["pods_pending"]["status"] == "ok" and f["image_drift"]["status"] == "ok"
     assert f["gpu_visibility"]["status"] == "ok" and f["external_ray"]["status"] == "ok"
     assert f["data"]["status"] == "skipped"  # kwok pods run no Ray: the port-forward to the head gets no answer
+    assert f["ray_membership"]["status"] == "skipped" and "does not answer" in f["ray_membership"]["summary"]
     assert "miles-e2e-head" in " ".join(f["data"]["evidence"])  # the reason names the head pod
     assert f["shm"]["status"] == ("ok" if has_shm(rc_get(custom_objects, namespace)) else "problem")
     assert all(set(x) == {"check", "checklist", "status", "summary", "evidence", "fix"} for x in rep["findings"])

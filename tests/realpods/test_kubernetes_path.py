@@ -315,6 +315,12 @@ def test_doctor_is_clean_on_a_healthy_cluster(live: SimpleNamespace) -> None:
     assert not problems, problems
     found = {f["check"]: f["status"] for f in rep["findings"]}
     assert found["image_drift"] == "ok" and found["pods_pending"] == "ok" and found["data"] == "ok", found
+    member = next(f for f in rep["findings"] if f["check"] == "ray_membership")
+    assert member["status"] == "ok" and member["summary"].endswith("(1 head, 2 worker(s))"), member
+    pods = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items
+    assert sorted(member["evidence"]) == sorted(
+        f"{p.metadata.name} ({p.metadata.labels['ray.io/node-type']}, {p.status.pod_ip}): ALIVE in Ray, "
+        f"{GPUS if p.metadata.labels['ray.io/node-type'] == 'worker' else 0:g} GPUs" for p in pods)
 
 
 def test_scale_is_refused_under_a_running_job_then_allowed(live: SimpleNamespace) -> None:

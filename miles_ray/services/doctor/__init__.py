@@ -4,7 +4,8 @@ the checklist question it answers, what was looked at (evidence) and what to do 
 Checklist items:
   pending      "The pod stays Pending"            -> pods_pending
   data         "cannot find a checkpoint/dataset" -> data (check-data's checks, where a head is reachable)
-  startup      "Ray or NCCL fails during startup" -> container_failures, shm, gpu_visibility, external_ray
+  startup      "Ray or NCCL fails during startup" -> container_failures, shm, gpu_visibility, external_ray,
+                                                        ray_membership
   resume       "Training restarts from scratch"   -> resume (run record + checkpoint tracker)
   drift        "keep image and Ray version aligned across replicas" -> image_drift, ray_version, miles_version
 
@@ -26,7 +27,7 @@ from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError
 from miles_ray.services.doctor.findings import PROBLEM, WARNING, finding
-from miles_ray.services.doctor.kube_checks import kube_findings
+from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
 from miles_ray.services.doctor.ray_checks import (check_local_nodes, check_ray_version, data_findings, miles_findings,
                                                  resume_findings)
 from miles_ray.services.heads import dashboard_address, pick_backend
@@ -88,6 +89,8 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
                     findings.append(finding("ray_version", "drift", PROBLEM, f"the Ray head does not answer: {e}", [],
                                             "'miles-ray status' shows why; a recreated head needs its workers to "
                                             "rejoin"))
+        if backend == "kubernetes":
+            findings.append(ray_membership(cfg, url, unreached))
         findings += resume
         findings += data_findings(cfg, url, head, record, resume_target, timeout, progress, unreached)
         findings += miles_findings(cfg, url, head, record, progress, unreached)

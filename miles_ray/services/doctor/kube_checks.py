@@ -1,17 +1,17 @@
 """Doctor's Kubernetes checks: what the RayCluster spec and its pods say (Pending pods and whether one node can
 supply their GPUs, container failures, /dev/shm, GPU limits vs Ray's GPUs, the external-Ray setting and the head
-address, image and Ray-version drift). Reads through :mod:`miles_ray.adapters.kube`'s public functions."""
+address, image and Ray-version drift, and whether every Ready pod is a node of Ray). Reads through :mod:`miles_ray.adapters.kube`'s public functions."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Callable
 
-from miles_ray.adapters import kube
+from miles_ray.adapters import kube, ray_jobs
 from miles_ray.adapters.kube import GPU, gpu_capacity, quantity
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, NotFound
-from miles_ray.services.doctor.findings import OK, PROBLEM, WARNING, finding
+from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, finding
 from miles_ray.services.heads import kube_raycluster
 
 Progress = Callable[[str], None] | None
@@ -293,3 +293,55 @@ def kube_findings(cfg: MilesRayConfig, progress: Progress) -> list[dict[str, Any
         check_external_ray(api, cfg, rc, name),
         check_image_drift(rc, pods, cfg),
     ]
+
+
+STALE_NODE_FIX = ("a pod deleted a moment ago stays ALIVE in Ray until the head's health check fails (about 30 s "
+                  "by default): run doctor again; if it stays, a raylet outside this RayCluster joined its head")
+NOT_JOINED_FIX = ("its raylet did not join the head: 'kubectl logs POD -c ray' shows why; check that "
+                  "the pod reaches the head Service's GCS port 6379 (NetworkPolicy) and runs the head's Ray version")
+
+
+def check_ray_membership(pods: list[dict], topology: dict) -> dict[str, Any]:
+    """Every Ready pod of the RayCluster (``kube.cluster_pods``) against Ray's ALIVE nodes
+    (``ray_jobs.cluster_topology``), matched by IP: a Ready pod Ray does not list is a problem (its raylet never
+    joined, or left); an ALIVE node no pod of the cluster has is a warning (a pod deleted a moment ago)."""
+    alive = {n["ip"]: n for n in topology.get("nodes", []) if n.get("ip")}
+    pod_ips = {p["ip"] for p in pods if p.get("ip")}
+    ready = [p for p in pods if p["ready"] and not p["deleting"] and p.get("ip")]
+    evidence, missing = [], []
+    for p in ready:
+        n = alive.get(p["ip"])
+        if n is None:
+            missing.append(p)
+            evidence.append(f"{p['name']} ({p['role']}, {p['ip']}): Ready, not a node of Ray")
+        else:
+            evidence.append(f"{p['name']} ({p['role']}, {p['ip']}): ALIVE in Ray, {n['gpus']:g} GPUs")
+    stale = sorted(ip for ip in alive if ip not in pod_ips)
+    evidence += [f"{ip}: ALIVE in Ray ({alive[ip]['gpus']:g} GPUs), no pod of this RayCluster has this IP"
+                 for ip in stale]
+    if missing:
+        return finding("ray_membership", "startup", PROBLEM,
+                       f"{len(missing)} Ready pod(s) not in Ray: " + ", ".join(p["name"] for p in missing), evidence,
+                       NOT_JOINED_FIX)
+    if stale:
+        return finding("ray_membership", "startup", WARNING,
+                       f"Ray lists {len(stale)} ALIVE node(s) that no pod has: {', '.join(stale)}", evidence,
+                       STALE_NODE_FIX)
+    if not ready:
+        return finding("ray_membership", "startup", SKIPPED, "no Ready pod to compare with Ray's nodes", evidence)
+    workers = sum(1 for p in ready if p["role"] == "worker")
+    return finding("ray_membership", "startup", OK,
+                   f"every Ready pod is ALIVE in Ray ({len(ready) - workers} head, {workers} worker(s))", evidence)
+
+
+def ray_membership(cfg: MilesRayConfig, url: str | None, unreached: str | None) -> dict[str, Any]:
+    """``check_ray_membership`` on the configured RayCluster's pods and the head at ``url`` (None: not reached)."""
+    if url is None:
+        return finding("ray_membership", "startup", SKIPPED, "the Ray head does not answer: Ray's nodes are unknown",
+                       [unreached] if unreached else [], "'miles-ray status' shows the head pod")
+    api = kube.load_client(cfg.kubeconfig, cfg.kube_context)
+    try:
+        topology = ray_jobs.cluster_topology(url)
+    except ClusterError as e:
+        return finding("ray_membership", "startup", SKIPPED, f"Ray's nodes could not be read: {e}", [])
+    return check_ray_membership(kube.cluster_pods(api, cfg.namespace, kube_raycluster(cfg)), topology)
