@@ -42,7 +42,8 @@ def doctor_cmd(
     """Diagnose a cluster or a run against the troubleshooting checklist.
 
     Pods Pending (can one node supply all their GPUs? taints, selectors, quotas), Ray/NCCL start-up (waiting
-    reasons, /dev/shm, nvidia.com/gpu vs num-gpus, MILES_SCRIPT_EXTERNAL_RAY and the head address), missing
+    reasons, /dev/shm, nvidia.com/gpu vs num-gpus, MILES_SCRIPT_EXTERNAL_RAY and the head address, every Ready
+    pod a node of Ray), missing
     model/data/checkpoints (check-data's checks, where a head is reachable), restarts from scratch (the run's
     output dir and checkpoint tracker), image and Ray version drift between the spec and the running pods.
     Exit 0 when nothing is wrong, 4 when a problem was found. docs/troubleshooting.md lists every check.
