@@ -407,8 +407,13 @@ def service_ports(api_client, namespace: str, name: str) -> list[int] | None:
 
 def cluster_pods(api_client, namespace: str, cluster: str) -> list[dict]:
     """Pods of a RayCluster with phase, node and the reason they are not running (if any)."""
+    return pod_rows(list_pods(api_client, namespace, cluster_selector(cluster)))
+
+
+def pod_rows(pods: list[Any]) -> list[dict]:
+    """``cluster_pods``'s rows for pods already listed: phase, node, readiness, IP and why not running."""
     out = []
-    for p in list_pods(api_client, namespace, cluster_selector(cluster)):
+    for p in pods:
         labels = p.metadata.labels or {}
         reason, message, fatal = "", "", False
         for c in p.status.conditions or []:

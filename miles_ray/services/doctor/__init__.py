@@ -64,8 +64,10 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
     # A KubeRay head reached through the cluster (not a given --address) may simply not run yet: the pod checks
     # say why, and the data checks are skipped with the reason.
     head_optional = backend == "kubernetes" and address is None
+    pods: list[dict] = []
     if backend == "kubernetes":
-        findings += kube_findings(cfg, progress)
+        kube_found, pods = kube_findings(cfg, progress)
+        findings += kube_found
         head = head or dashboard_address(cfg, "kubernetes")[1]
     elif backend == "local":
         try:
@@ -90,7 +92,7 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
                                             "'miles-ray status' shows why; a recreated head needs its workers to "
                                             "rejoin"))
         if backend == "kubernetes":
-            findings.append(ray_membership(cfg, url, unreached))
+            findings.append(ray_membership(pods, url, unreached))
         findings += resume
         findings += data_findings(cfg, url, head, record, resume_target, timeout, progress, unreached)
         findings += miles_findings(cfg, url, head, record, progress, unreached)

@@ -1,6 +1,7 @@
 """Doctor's Kubernetes checks: what the RayCluster spec and its pods say (Pending pods and whether one node can
 supply their GPUs, container failures, /dev/shm, GPU limits vs Ray's GPUs, the external-Ray setting and the head
-address, image and Ray-version drift, and whether every Ready pod is a node of Ray). Reads through :mod:`miles_ray.adapters.kube`'s public functions."""
+address, image and Ray-version drift, and whether every Ready pod is a node of Ray). Reads through
+:mod:`miles_ray.adapters.kube`'s public functions."""
 
 from __future__ import annotations
 
@@ -274,8 +275,9 @@ def check_image_drift(rc: dict, pods: list[Any], cfg: MilesRayConfig) -> dict[st
     return finding("image_drift", "drift", OK, "every pod runs the RayCluster's image", evidence)
 
 
-def kube_findings(cfg: MilesRayConfig, progress: Progress) -> list[dict[str, Any]]:
-    """Every Kubernetes check of the configured cluster; NotFound when its RayCluster does not exist."""
+def kube_findings(cfg: MilesRayConfig, progress: Progress) -> tuple[list[dict[str, Any]], list[dict]]:
+    """Every Kubernetes check of the configured cluster, and its pods (``kube.pod_rows``, for the checks against
+    Ray); NotFound when its RayCluster does not exist."""
     api = kube.load_client(cfg.kubeconfig, cfg.kube_context)
     name = kube_raycluster(cfg)
     if progress:
@@ -285,7 +287,7 @@ def kube_findings(cfg: MilesRayConfig, progress: Progress) -> list[dict[str, Any
         raise NotFound(f"no RayCluster {cfg.namespace}/{name}",
                        hint="pass the cluster name (doctor CLUSTER) and --namespace, or create it with 'miles-ray up'")
     pods = kube.list_pods(api, cfg.namespace, kube.cluster_selector(name))
-    return [
+    findings = [
         check_pending(api, cfg, pods),
         check_container_failures(pods),
         check_shm(rc),
@@ -293,6 +295,7 @@ def kube_findings(cfg: MilesRayConfig, progress: Progress) -> list[dict[str, Any
         check_external_ray(api, cfg, rc, name),
         check_image_drift(rc, pods, cfg),
     ]
+    return findings, kube.pod_rows(pods)
 
 
 STALE_NODE_FIX = ("a pod deleted a moment ago stays ALIVE in Ray until the head's health check fails (about 30 s "
@@ -334,14 +337,14 @@ def check_ray_membership(pods: list[dict], topology: dict) -> dict[str, Any]:
                    f"every Ready pod is ALIVE in Ray ({len(ready) - workers} head, {workers} worker(s))", evidence)
 
 
-def ray_membership(cfg: MilesRayConfig, url: str | None, unreached: str | None) -> dict[str, Any]:
-    """``check_ray_membership`` on the configured RayCluster's pods and the head at ``url`` (None: not reached)."""
+def ray_membership(pods: list[dict], url: str | None, unreached: str | None) -> dict[str, Any]:
+    """``check_ray_membership`` on the RayCluster's pods (``kube_findings``' second value) and the head at ``url``
+    (None: not reached)."""
     if url is None:
         return finding("ray_membership", "startup", SKIPPED, "the Ray head does not answer: Ray's nodes are unknown",
                        [unreached] if unreached else [], "'miles-ray status' shows the head pod")
-    api = kube.load_client(cfg.kubeconfig, cfg.kube_context)
     try:
         topology = ray_jobs.cluster_topology(url)
     except ClusterError as e:
         return finding("ray_membership", "startup", SKIPPED, f"Ray's nodes could not be read: {e}", [])
-    return check_ray_membership(kube.cluster_pods(api, cfg.namespace, kube_raycluster(cfg)), topology)
+    return check_ray_membership(pods, topology)
