@@ -81,13 +81,13 @@ def emit(data: Any, output: Output, table: Callable[[], None]) -> None:
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {message}")
+    err.print(f"[yellow]warning:[/] {escape(message)}")
 
 
 def notices(result: dict) -> None:
     """Each of a result's ``notices`` on one stderr line (what was skipped and why)."""
     for n in result.get("notices") or []:
-        err.print(f"[cyan]notice:[/] {n}", soft_wrap=True)
+        err.print(f"[cyan]notice:[/] {escape(n)}", soft_wrap=True)
 
 
 class Backend(str, Enum):

@@ -7,12 +7,14 @@ from enum import Enum
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from miles_ray.adapters import state
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
                                   RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, config_flags,
-                                  checks_failed, dump, emit, err, job_state_exit, notices, out, progress_display)
+                                  checks_failed, dump, emit, err, job_state_exit, notices, out, progress_display,
+                                  warn)
 from miles_ray.cli.logs import read_logs
 from miles_ray.core.config import load_config
 from miles_ray.services import jobs
@@ -107,6 +109,8 @@ def submit_cmd(
         with progress_display(f"submitting run {run}" if run else "submitting",
                               timeout=timeout if wait_for_nodes else None) as p:
             result = send(p)
+    for w in result.get("warnings") or []:
+        warn(w)
     if dry_run is not None:
         emit(result, output, lambda: _dry_run_summary(result))
         checks_failed("the server dry run", len(result.get("problems") or []))
@@ -115,7 +119,7 @@ def submit_cmd(
         _run_launcher(cfg, result)
         return
     if result.get("miles_notice"):
-        err.print(f"[yellow]note:[/] {result['miles_notice']}")
+        err.print(f"[yellow]note:[/] {escape(result['miles_notice'])}")
     notices(result)
 
     def summary() -> None:
@@ -143,7 +147,7 @@ def _dry_run_summary(result: dict) -> None:
     out.print("runtime env: " + ", ".join(f"{k}={v}" for k, v in sorted(env_vars.items())))
     out.print(f"output dir {result['output_dir']}")
     for problem in result.get("problems") or []:
-        err.print(f"[red]problem:[/] {problem}")
+        err.print(f"[red]problem:[/] {escape(problem)}")
 
 
 def _run_launcher(cfg, result) -> None:

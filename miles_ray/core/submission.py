@@ -13,10 +13,12 @@ service read from the head after preparing.
 from __future__ import annotations
 
 import copy
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from miles_ray.core.builders import ray_auth_env
@@ -198,6 +200,7 @@ class SubmitJob:
     operation: dict[str, Any] | None = None
     existing: dict[str, Any] | None = None
     reconcile_error: ConfigError | None = None
+    warnings: tuple[str, ...] = ()
 
     def with_head_auth(self, mode: str, secret: str | None) -> "SubmitJob":
         """The launcher job with the head's own Ray auth (read from its head pod): the token by reference to the
@@ -295,6 +298,7 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
                               "those checkpoints", hint="use --mode direct (it passes --load "
                                                         f"{resuming.checkpoint_dir})")
     mode = "rehearse" if request.rehearse else request.mode
+    warnings = unkept_checkpoints(cfg, target.backend, run, ckpt[0], output_dir)
     record = RunRecord(
         schema=SCHEMA, run=run, cluster=cfg.name, backend=target.backend, address=target.address, submission_id=sid,
         mode=mode, created=created, image=str(image) if image else None,
@@ -324,7 +328,25 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
                      output_dir=output_dir, resumed_from=resumed_from, plan=plan, recipe=recipe,
                      check_data=check_data, resume=resuming,
                      wait_for_nodes=request.wait_for_nodes, timeout=request.timeout, launcher_argv=argv,
-                     operation=operation, existing=existing, reconcile_error=reconcile_error)
+                     operation=operation, existing=existing, reconcile_error=reconcile_error, warnings=warnings)
+
+
+def unkept_checkpoints(cfg: MilesRayConfig, backend: str, run: str, save: str | None,
+                       output_dir: str) -> tuple[str, ...]:
+    """A warning when a job on a cluster miles-ray made (KubeRay or Polyaxon) saves its checkpoints outside the
+    shared volume: there the only volume on head and workers is the claim at ``mount_path``, so a ``--save``
+    elsewhere (e.g. the LoRA launcher's ``/personal/checkpoints/<run>``) lands in a pod's own filesystem and is
+    lost with the pod. Nothing to say on the local backend (one filesystem) or for a head of unknown volumes."""
+    if backend not in ("kuberay", "polyaxon") or not save:
+        return ()
+    mount, where = PurePosixPath(posixpath.normpath(cfg.mount_path)), PurePosixPath(posixpath.normpath(save))
+    if where == mount or mount in where.parents:
+        return ()
+    keep = f"{output_dir}/checkpoints"
+    return (f"run {run} saves its checkpoints to {save}, outside the shared volume miles-ray mounts on head and "
+            f"workers ({cfg.claim} at {cfg.mount_path}): unless the pods mount another volume there, they stay in one "
+            "pod's own filesystem and are lost with the pod, and --resume-from and register cannot find them; to keep "
+            f"them pass --extra-args '--save {keep}'",)
 
 
 def check_topology(topology: dict, plan: Plan) -> list[str]:

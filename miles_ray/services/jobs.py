@@ -107,6 +107,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
         ref = next((e["valueFrom"]["secretKeyRef"]["name"] for e in env if e["name"] == "RAY_AUTH_TOKEN"), None)
         token = (f", the Ray token Secret {cfg.namespace}/{ref} the job reads (taken from this machine's record of "
                  "the cluster; a pod without it stays in CreateContainerConfigError)" if ref else "")
+        result["warnings"] = list(job.warnings)
         result["notices"] = [f"no kubeconfig ({missing} does not exist): the checks of the head before the launcher "
                              f"job (live topology against the plan, data preflight, Ray version{token}) are skipped; "
                              "the launcher itself fails if the head does not fit"]
@@ -118,7 +119,7 @@ def submit(cfg: MilesRayConfig, *, run: str | None, mode: str, rehearse: bool, a
                 return {**dry_run_view(job.with_head_ray_version(cfg, ray_jobs.ray_version(url)), "server"),
                         "problems": check_topology(live, job.plan), "topology": live}
         with open_head(job.address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
-            return _execute(cfg, job, url, progress, allow_miles_drift)
+            return {**_execute(cfg, job, url, progress, allow_miles_drift), "warnings": list(job.warnings)}
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while submitting run {job.run}; no new run record was kept",
                           hint="run the same 'miles-ray submit --run NAME' again: it finds the job if Ray had "
@@ -155,7 +156,7 @@ def dry_run_view(job: SubmitJob, mode: str) -> dict[str, Any]:
         "dry_run": mode, "created": False, "run": job.run, "kind": job.kind, "submission_id": job.submission_id,
         "address": job.address, "entrypoint": job.entrypoint, "runtime_env": job.runtime_env,
         "metadata": job.metadata, "output_dir": job.output_dir, "record": job.record,
-        "check_data": job.check_data, "resumed_from": job.resumed_from,
+        "check_data": job.check_data, "resumed_from": job.resumed_from, "warnings": list(job.warnings),
     }
     if job.launcher_argv is not None:
         view["launcher_argv"] = job.launcher_argv

@@ -265,3 +265,95 @@ def test_doctor_reads_the_recorded_dirs(cli, records):
     f = {x["check"]: x for x in json.loads(out)["findings"]}["resume"]
     assert f["status"] == "ok" and base["checkpoint_dir"] in f["summary"]
     assert base["checkpoint_dir"] == f"{MOUNT}/runs/moe-a/moe-a/checkpoints"
+
+
+# ---- checkpoints outside the shared volume: submit warns (a KubeRay or Polyaxon cluster made by miles-ray) ----
+
+K8S = "k8s://ml/ck"
+
+
+def prepare_on(backend: str, address: str, cfg, **request):
+    valid = validate_request(cfg, SubmitRequest(**request))
+    return prepare_submit(cfg, valid, SubmitTarget(backend, address), created=CREATED, launchers_dir="/unused")
+
+
+def saves_outside_the_volume(name: str) -> bool:
+    """From the capture alone: the launcher's --save is neither absent nor under {output_dir} (which is under the
+    mount path): e.g. the LoRA launcher's /personal/checkpoints/{run_id}."""
+    save = template(name, "--save")
+    return save is not None and not save.startswith("{output_dir}")
+
+
+@pytest.mark.parametrize("name", CATALOG)
+@pytest.mark.parametrize("backend", ["kuberay", "polyaxon"])
+def test_a_save_outside_the_volume_warns_on_a_kubernetes_cluster(name, backend):
+    job = prepare_on(backend, K8S, config(name, feasible_nodes(name)), run="ck-run")
+    if saves_outside_the_volume(name):
+        [w] = job.warnings
+        assert w.startswith(f"run ck-run saves its checkpoints to {job.record['checkpoint_dir']}, outside")
+        assert f"miles-data at {MOUNT}" in w
+        assert w.endswith(f"--extra-args '--save {MOUNT}/runs/ck-run/checkpoints'")
+    else:
+        assert job.warnings == ()
+
+
+def test_the_lora_recipe_is_the_one_that_saves_outside():
+    assert [n for n in CATALOG if saves_outside_the_volume(n)] == ["Qwen3.5-35B-A3B-LoRA"]
+
+
+def test_the_suggested_save_silences_it_and_is_recorded():
+    name = "Qwen3.5-35B-A3B-LoRA"
+    cfg = config(name, feasible_nodes(name))
+    job = prepare_on("kuberay", K8S, cfg, run="lora-1", extra_args=["--save", f"{MOUNT}/runs/lora-1/checkpoints"])
+    assert job.warnings == ()
+    assert job.record["checkpoint_dir"] == f"{MOUNT}/runs/lora-1/checkpoints"
+
+
+@pytest.mark.parametrize("mode", ["launcher", "rehearse"])
+def test_every_mode_that_knows_the_save_warns(mode):
+    name = "Qwen3.5-35B-A3B-LoRA"
+    cfg = config(name, feasible_nodes(name, "launcher" if mode == "launcher" else "direct"),
+                 image="radixark/miles:v1@sha256:" + "ab" * 32)
+    request = {"mode": "launcher"} if mode == "launcher" else {"rehearse": True}
+    job = prepare_on("kuberay", K8S, cfg, run="lora-2", **request)
+    [w] = job.warnings
+    assert "/personal/checkpoints/" in w
+
+
+@pytest.mark.parametrize("backend,address", [("local", "http://127.0.0.1:8265"), ("address", URL)])
+def test_no_warning_where_the_volumes_are_not_miles_rays(backend, address):
+    """The local backend is one filesystem; a bare dashboard URL's head has volumes nobody here knows."""
+    name = "Qwen3.5-35B-A3B-LoRA"
+    job = prepare_on(backend, address, config(name, feasible_nodes(name)), run="ck-run")
+    assert job.warnings == ()
+
+
+@pytest.mark.parametrize("save,warned", [("/data/ckpt", False), ("/data", False), ("/database/ckpt", True),
+                                         ("/mnt/miles/ckpt", True), ("/data/../etc/x", True),
+                                         ("/data/./ckpt/", False), ("ckpt", True)])
+def test_under_the_mount_means_under_its_path(save, warned):
+    """A path component prefix, not a string prefix: /database is not under /data; '..' and '.' are taken as the
+    kernel takes them; a relative --save is relative to the job's working dir, not on the volume."""
+    name = "Qwen3-4B"
+    job = prepare_on("kuberay", K8S, config(name, feasible_nodes(name), mount_path="/data"), run="m",
+                     extra_args=["--save", save])
+    assert bool(job.warnings) is warned, job.warnings
+
+
+def test_submit_prints_the_warning_and_json_carries_it(cli, tmp_path, monkeypatch):
+    """Through the CLI, contacting nothing (--dry-run client): one 'warning:' line on stderr naming where the
+    checkpoints would go and the flag that keeps them; -o json has it under "warnings"; exit 0 (a warning)."""
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    name = "Qwen3.5-35B-A3B-LoRA"
+    args = ["submit", "--address", K8S, "--recipe", name, "--nodes", str(feasible_nodes(name)), "--run", "lora-3",
+            "--dry-run", "client"]
+    code, out, err = cli(*args)
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert len(lines) == 1 and "/personal/checkpoints/lora-3" in " ".join(err.split()), err
+    code, out, err = cli(*args, "-o", "json")
+    assert code == 0, err
+    [w] = json.loads(out)["warnings"]
+    assert w.endswith(f"--extra-args '--save {MOUNT}/runs/lora-3/checkpoints'")
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*.json"))  # nothing recorded
