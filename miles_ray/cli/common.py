@@ -81,7 +81,8 @@ def emit(data: Any, output: Output, table: Callable[[], None]) -> None:
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {escape(message)}")
+    """A warning on one stderr line, however long (a log keeps it whole for grep), its text as written."""
+    err.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
 
 def notices(result: dict) -> None:

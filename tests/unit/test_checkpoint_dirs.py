@@ -350,8 +350,8 @@ def test_submit_prints_the_warning_and_json_carries_it(cli, tmp_path, monkeypatc
             "--dry-run", "client"]
     code, out, err = cli(*args)
     assert code == 0, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("warning:")]
-    assert len(lines) == 1 and "/personal/checkpoints/lora-3" in " ".join(err.split()), err
+    [line] = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert "/personal/checkpoints/lora-3" in line and line.endswith("/runs/lora-3/checkpoints'"), err
     code, out, err = cli(*args, "-o", "json")
     assert code == 0, err
     [w] = json.loads(out)["warnings"]
