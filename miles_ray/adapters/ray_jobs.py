@@ -16,10 +16,15 @@ a head that refuses (401 without a token, 403 with a wrong one) is one ``Forbidd
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import shutil
+import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -267,6 +272,28 @@ def _existing(address: str, client: Any, submission_id: str) -> Any | None:
         return None
 
 
+PACKAGE_MARK = ".miles-ray-submission"
+
+
+@contextlib.contextmanager
+def _own_package(runtime_env: dict | None, submission_id: str | None) -> Iterator[dict | None]:
+    """The runtime env with its local ``working_dir`` copied into a directory of this submission's own, marked
+    with the submission id and a random token, so its package (named by content hash) is this job's alone. Ray
+    deletes a working_dir package once no job references it, and a job that reuses a package of the same hash
+    does not pin it in time (ray-project/ray#36703): the next probe found its cwd gone ("getcwd() failed ...
+    can't open file 'comm_check.py'"). The copy is removed once the SDK has uploaded it."""
+    wd = (runtime_env or {}).get("working_dir")
+    if not wd or not os.path.isdir(wd):
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="miles-ray-pkg-") as tmp:
+        own = os.path.join(tmp, "working_dir")
+        shutil.copytree(wd, own, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        with open(os.path.join(own, PACKAGE_MARK), "w", encoding="utf-8") as f:
+            f.write(f"{submission_id or ''} {uuid.uuid4().hex}\n")
+        yield {**(runtime_env or {}), "working_dir": own}
+
+
 def submit(
     address: str,
     entrypoint: str,
@@ -291,7 +318,10 @@ def submit(
     if metadata:
         kwargs["metadata"] = {str(k): str(v) for k, v in metadata.items()}
     try:
-        job_id = client.submit_job(**kwargs)
+        with _own_package(kwargs.get("runtime_env"), submission_id) as env:
+            if env is not None:
+                kwargs["runtime_env"] = env
+            job_id = client.submit_job(**kwargs)
     except Exception as exc:  # noqa: BLE001 - typed below
         error = _typed(address, "submitting the job", exc)
         # The head answered with an error (a concurrent submit of the same id makes it answer 400 or 500): if the
