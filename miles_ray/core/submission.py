@@ -339,8 +339,7 @@ def unkept_checkpoints(cfg: MilesRayConfig, backend: str, run: str, save: str | 
     lost with the pod. Nothing to say on the local backend (one filesystem) or for a head of unknown volumes."""
     if backend not in ("kuberay", "polyaxon") or not save:
         return ()
-    mount, where = PurePosixPath(posixpath.normpath(cfg.mount_path)), PurePosixPath(posixpath.normpath(save))
-    if where == mount or mount in where.parents:
+    if PurePosixPath(posixpath.normpath(save)).is_relative_to(posixpath.normpath(cfg.mount_path)):
         return ()
     keep = f"{output_dir}/checkpoints"
     return (f"run {run} saves its checkpoints to {save}, outside the shared volume miles-ray mounts on head and "

@@ -32,17 +32,16 @@ def test_the_same_directory_is_two_packages_and_each_job_runs_from_its_own(env, 
         assert created
         ids.append(job_id)
     assert set(Path(tempfile.gettempdir()).glob("miles-ray-pkg-*")) == before  # the upload copies are removed
-    from ray.job_submission import JobSubmissionClient
+    from ray.job_submission import JobStatus, JobSubmissionClient
 
     client = JobSubmissionClient(env.address, headers=ray_auth.headers(env.address))
     for job_id in ids:
-        poll(f"job {job_id} to end", lambda j=job_id: str(client.get_job_status(j)) in (
-            "SUCCEEDED", "FAILED", "STOPPED", "JobStatus.SUCCEEDED", "JobStatus.FAILED", "JobStatus.STOPPED"), 120)
+        poll(f"job {job_id} to end", lambda j=job_id: client.get_job_status(j).is_terminal(), 120)
     infos = [client.get_job_info(j) for j in ids]
     packages = [i.runtime_env["working_dir"] for i in infos]
     assert packages[0] != packages[1] and all(p.startswith("gcs://_ray_pkg_") for p in packages), packages
     for job_id, info in zip(ids, infos):
-        assert str(info.status).endswith("SUCCEEDED"), (info.status, info.message)
+        assert info.status == JobStatus.SUCCEEDED, (info.status, info.message)
         logs = client.get_job_logs(job_id)
         line = next(ln for ln in logs.splitlines() if ln.startswith("HELLO_FROM"))
         listed = json.loads(line.split(" ", 1)[1].replace("'", '"'))
