@@ -31,8 +31,8 @@ from typing import Any
 
 from miles_ray.adapters import ray_auth
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound, TimedOut, Unreachable, from_http_status
+from miles_ray.core.progress import Progress
 
-Progress = Callable[[str], None] | None
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 FIX_HINT = "start a local cluster with `miles-ray up --backend local`, or pass --address http://<head>:8265"

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, YesOpt, config_flags, confirm, emit, err, notices, progress_display,
+from miles_ray.cli.common import (ConfigOpt, Output, OutputOpt, YesOpt, confirm, emit, err, notices, progress_display,
                                   warn)
-from miles_ray.cli.up import down_line
-from miles_ray.core.config import load_config
+from miles_ray.cli.options import ClusterFlags, cluster_options
+from miles_ray.cli.views import down_line
 from miles_ray.services import clusters
 
 
+@cluster_options
 def down_cmd(
-    name: NameOpt = None,
-    backend: BackendOption = Backend.auto,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    cluster: ClusterFlags,
     yes: YesOpt = False,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -27,8 +23,8 @@ def down_cmd(
     backend, which only stops local processes, does not ask).
     """
 
-    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
-    chosen = clusters.pick_backend(backend.value, cfg)
+    cfg = cluster.config(config)
+    chosen = clusters.pick_backend(cluster.backend.value, cfg)
     if chosen != "local" and not yes:
         confirm(f"delete cluster {cfg.name!r} in namespace {cfg.namespace}? storage is kept",
                 refusal=f"refusing to delete cluster {cfg.name!r} without confirmation")

@@ -8,7 +8,7 @@ import typer
 
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
                                   Output, OutputOpt, config_flags, emit, job_state_exit, notices, out, pick_run)
-from miles_ray.cli.up import kube_status_table, nodes_table
+from miles_ray.cli.views import kube_status_table, nodes_table
 from miles_ray.core.config import load_config
 from miles_ray.core.errors import ClusterError
 from miles_ray.services import clusters, lifecycle

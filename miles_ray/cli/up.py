@@ -7,7 +7,6 @@ from enum import Enum
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
                                   KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
@@ -16,6 +15,7 @@ from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, Conf
                                   progress_display, warn)
 from miles_ray.core.errors import ConfigError
 from miles_ray.cli.render import build_single_node_document
+from miles_ray.cli.views import kube_summary, nodes_table
 from miles_ray.core.builders import NO_AUTH_WARNING
 from miles_ray.core.config import load_config
 from miles_ray.services import clusters
@@ -30,76 +30,6 @@ class Via(str, Enum):
 class DryRun(str, Enum):
     client = "client"
     server = "server"
-
-
-def nodes_table(status: dict) -> None:
-    t = Table("node", "role", "state", "GPUs", "CPUs", "address", title=f"cluster {status['name']} ({status['backend']})",
-              title_justify="left")
-    for n in status.get("nodes", []):
-        t.add_row(str(n.get("index", "")), "head" if n.get("is_head") else "gpu worker", n.get("state", ""),
-                  f"{n.get('gpus', 0):g}", f"{n['cpus']:g}" if isinstance(n.get("cpus"), (int, float)) else "",
-                  n.get("node_ip", ""))
-    out.print(t)
-    out.print(f"{status['gpu_node_count']} GPU worker(s), {status['total_gpus']:g} GPUs, dashboard / Jobs API "
-              f"{status['dashboard_url']}")
-
-
-def kube_summary(result: dict) -> None:
-    if result.get("dry_run") and result.get("kubernetes") is False:
-        out.print(f"dry run ({result['dry_run']}): operation validated and Polyaxon project checked for "
-                  f"{result['name']}; Kubernetes preflight skipped (no kubeconfig); nothing created")
-        return
-    if result.get("dry_run"):
-        out.print(f"dry run ({result['dry_run']}): preflight passed for {result['name']} in {result['namespace']} "
-                  f"(KubeRay CRD {', '.join(result['preflight'].get('crd_versions', []))}; "
-                  f"{result['preflight'].get('gpu_nodes_fitting', '?')} GPU node(s) fit); nothing created")
-        return
-    what = "created" if result.get("created") else "already existed"
-    extra = f" (Polyaxon run {result['polyaxon_uuid']})" if result.get("polyaxon_uuid") else ""
-    out.print(f"cluster {result['name']} {what} in {result['namespace']} via {result['via']}{extra}")
-    if result.get("status"):
-        kube_status_table(result["status"])
-
-
-def polyaxon_status_table(st: dict) -> None:
-    """A Polyaxon-made cluster seen through Polyaxon only (no kubeconfig): the run and its conditions."""
-    t = Table("condition", "status", "reason", "message", title=f"Polyaxon run {st['polyaxon_uuid']} "
-              f"({st['polyaxon_project']}), RayCluster {st['namespace']}/{st['raycluster']}", title_justify="left")
-    for c in st.get("polyaxon_conditions") or []:
-        t.add_row(c.get("type") or "", c.get("status") or "", c.get("reason") or "", (c.get("message") or "")[:100])
-    out.print(t)
-    out.print(f"cluster {st['name']}: Polyaxon run {st['polyaxon_status']}")
-
-
-def down_line(st: dict) -> str:
-    """A cluster 'down' took away: its Polyaxon run as Polyaxon sees it now."""
-    run = (f"Polyaxon run {st['polyaxon_uuid']} ({st['polyaxon_project']}) "
-           + (f"is {st['polyaxon_status']}" + (", being deleted" if st.get("polyaxon_deleting") else "")
-              if st.get("polyaxon_status") else "is deleted (Polyaxon no longer has it)"))
-    return (f"cluster {st['name']}: down since {st.get('down_at') or '?'} ('miles-ray down' stopped and deleted its "
-            f"{run}); 'miles-ray up' creates it again")
-
-
-def kube_status_table(st: dict) -> None:
-    if st.get("down"):
-        out.print(down_line(st))
-        return
-    if st.get("kubernetes") is False:
-        polyaxon_status_table(st)
-        return
-    t = Table("pod", "role", "phase", "node", "reason", title=f"RayCluster {st['namespace']}/{st['raycluster']}",
-              title_justify="left")
-    for p in st["pods"]:
-        t.add_row(p["name"], p["role"], p["phase"] + (" ready" if p["ready"] else ""), p["node"] or "-",
-                  (p["reason"] + (": " + p["message"][:80] if p["message"] else "")) or "")
-    out.print(t)
-    line = (f"workers ready {st['ready_workers']}/{st['desired_workers']}, GPUs {st['ready_gpus']} "
-            f"(desired {st['desired_gpus']}), state {st.get('state')}")
-    if st.get("ray_nodes_alive") is not None:
-        line += f", Ray nodes alive {st['ray_nodes_alive']} ({st.get('ray_gpus')} GPUs)"
-    if st.get("polyaxon_uuid"):
-        line += f", Polyaxon run {st['polyaxon_uuid']} {st.get('polyaxon_status')}"
-    out.print(line)
 
 
 def up_cmd(

@@ -7,7 +7,7 @@ Backend 'auto' means: the local cluster of that name if one exists on this machi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.adapters import local_ray, state
 from miles_ray.core.config import MilesRayConfig
@@ -16,8 +16,8 @@ from miles_ray.core.heads import LOCAL_SCHEME, k8s_address, service_url
 from miles_ray.services import k8s_clusters, saved_runs
 from miles_ray.services.heads import local_exists, pick_backend
 from miles_ray.services.jobs import live_status
+from miles_ray.core.progress import Progress
 
-Progress = Callable[[str], None] | None
 
 # the backend choice is part of this service's surface (the verbs pick a backend before they call it)
 __all__ = ["down", "local_exists", "pick_backend", "scale", "status", "up"]

@@ -4,7 +4,7 @@ cluster's head, reached like every other head (a URL, ``k8s://NAMESPACE/RAYCLUST
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.adapters import ray_jobs
 from miles_ray.adapters.ray_head import open_head
@@ -13,8 +13,7 @@ from miles_ray.core.errors import ClusterError
 from miles_ray.core.probes import comm_check_probe
 from miles_ray.services.heads import resolve_address
 from miles_ray.services.probes import payload_python, probe_token, run_probe
-
-Progress = Callable[[str], None] | None
+from miles_ray.core.progress import Progress
 
 
 def comm_check(cfg: MilesRayConfig, *, address: str | None, backend: str, size_mb: float, timeout: float,

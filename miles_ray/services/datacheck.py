@@ -8,7 +8,7 @@ It returns a report; it raises only when the check itself could not run.
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.adapters import state
 from miles_ray.adapters.ray_head import open_head
@@ -20,8 +20,7 @@ from miles_ray.core.recipes import Recipe
 from miles_ray.core.runs import ResumeTarget, resume_target, run_id_of
 from miles_ray.services.heads import resolve_address
 from miles_ray.services.probes import payload_python, probe_token, run_probe
-
-Progress = Callable[[str], None] | None
+from miles_ray.core.progress import Progress
 
 
 def resume_of(cfg: MilesRayConfig, recipe: Recipe, resume_from: str | None) -> ResumeTarget | None:

@@ -29,8 +29,8 @@ from miles_ray.core.heads import parse_head
 from miles_ray.services.heads import recorded_head_auth, resolve_address
 from miles_ray.services.milesversion import check_image_miles
 from miles_ray.services.probes import launchers_dir, payload_python
+from miles_ray.core.progress import Progress
 
-Progress = Callable[[str], None] | None
 
 # parse_env (the --env rules submit applies) is part of this service's surface, with the job commands below.
 __all__ = ["dry_run_view", "exec_launcher", "job_or_none", "latest_run", "launcher_as_polyaxon_job", "launcher_env",

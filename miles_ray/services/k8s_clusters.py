@@ -7,7 +7,7 @@ validated), then reads the cluster (preflight) and only then creates or changes 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.adapters import kube, polyaxon_api, polyaxon_spec, ray_jobs, state
 from miles_ray.adapters.ray_head import open_head
@@ -21,15 +21,10 @@ from miles_ray.core.plans import ClusterObjects, prepare_cluster
 from miles_ray.core.queues import kueue_pending_reason, kueue_queue_of, kueue_queued
 from miles_ray.services.jobs import live_status
 from miles_ray.services.queues import check_queue
+from miles_ray.core.progress import Progress, say as _say
 
-Progress = Callable[[str], None] | None
 POLL = 1.0
 UNSCHEDULABLE_POLLS = 2  # an Unschedulable condition seen on this many polls in a row fails the wait
-
-
-def _say(progress: Progress, msg: str) -> None:
-    if progress:
-        progress(msg)
 
 
 # -- where a cluster's bookkeeping lives ----------------------------------------------------------

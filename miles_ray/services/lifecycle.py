@@ -13,15 +13,10 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, Conflict, NotFound, TimedOut
 from miles_ray.core.heads import k8s_address
 from miles_ray.services import clusters, k8s_clusters
+from miles_ray.core.progress import Progress, say as _say
 
-Progress = Callable[[str], None] | None
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 POLL = 1.0
-
-
-def _say(progress: Progress, msg: str) -> None:
-    if progress:
-        progress(msg)
 
 
 def _iso(ts: float | None) -> str | None:

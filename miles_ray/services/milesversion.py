@@ -4,7 +4,7 @@ compared with the commit the catalog mirrors (:mod:`miles_ray.core.miles_version
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
@@ -12,8 +12,7 @@ from miles_ray.core.errors import ClusterError
 from miles_ray.core.miles_version import MilesVersion
 from miles_ray.core.probes import miles_commit_probe
 from miles_ray.services.probes import probe_token, run_probe
-
-Progress = Callable[[str], None] | None
+from miles_ray.core.progress import Progress
 
 
 def read_image_commit(cfg: MilesRayConfig, url: str, python: str, progress: Progress = None) -> dict[str, Any]:

@@ -9,14 +9,13 @@ import secrets
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.adapters import ray_jobs
 from miles_ray.core.errors import ClusterError, TimedOut
 from miles_ray.core.heads import HeadAddress, parse_head
 from miles_ray.core.probes import Probe, parse_result
-
-Progress = Callable[[str], None] | None
+from miles_ray.core.progress import Progress
 
 
 def launchers_dir() -> Path:

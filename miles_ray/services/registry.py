@@ -31,7 +31,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.adapters import state
 from miles_ray.adapters.polyaxon_api import ModelRegistry, PolyaxonApi
@@ -42,8 +42,8 @@ from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.probes import checkpoint_list_probe
 from miles_ray.core.runs import run_checkpoints
 from miles_ray.services.probes import payload_python, probe_token, run_probe
+from miles_ray.core.progress import Progress
 
-Progress = Callable[[str], None] | None
 NOT_A_GATE = ("registration records a selection; it is not a quality gate or a deployment check: keep approval "
               "criteria explicit and validate the model in its serving environment before release")
 VERSION_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{0,62}$")

@@ -42,8 +42,8 @@ from miles_ray.adapters import ray_auth
 from miles_ray.adapters.local_ray import ports, processes
 from miles_ray.adapters.local_ray import state as store
 from miles_ray.core.errors import ClusterError, TimedOut
+from miles_ray.core.progress import Progress
 
-Progress = Callable[[str], None] | None
 
 HEAD_IP = "127.0.0.2"
 HEAD_CPUS = 2

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from contextlib import ExitStack
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -31,8 +31,8 @@ from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
 from miles_ray.services.doctor.ray_checks import (check_local_nodes, check_ray_version, data_findings, miles_findings,
                                                  resume_findings)
 from miles_ray.services.heads import dashboard_address, pick_backend
+from miles_ray.core.progress import Progress
 
-Progress = Callable[[str], None] | None
 RECORD_BACKENDS = {"local": "local", "kuberay": "kubernetes", "polyaxon": "kubernetes"}
 
 

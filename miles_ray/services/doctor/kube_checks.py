@@ -6,7 +6,7 @@ address, image and Ray-version drift, and whether every Ready pod is a node of R
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.adapters import kube, ray_jobs
 from miles_ray.adapters.kube import GPU, gpu_capacity, quantity
@@ -14,8 +14,7 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, NotFound
 from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, finding
 from miles_ray.services.heads import kube_raycluster
-
-Progress = Callable[[str], None] | None
+from miles_ray.core.progress import Progress
 
 
 def _quotas(api, namespace: str, evidence: list[str]) -> list[Any]:

@@ -5,7 +5,7 @@ commit in the image against the catalog's (the probe ``submit`` runs in direct m
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from miles_ray.adapters import ray_jobs, state
 from miles_ray.core import miles_version
@@ -18,8 +18,8 @@ from miles_ray.services.datacheck import check_data
 from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, finding
 from miles_ray.services.milesversion import read_image_commit
 from miles_ray.services.probes import payload_python
+from miles_ray.core.progress import Progress
 
-Progress = Callable[[str], None] | None
 UNREACHED_FIX = ("'miles-ray status' shows the head; for a head elsewhere pass --address http://HEAD:8265 or "
                  "k8s://NAMESPACE/RAYCLUSTER, or run 'miles-ray check-data' there")
 
