@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from miles_ray.adapters import state as records
+from miles_ray.core.results import Result
 from miles_ray.core.errors import (EXIT_JOB_RUNNING, EXIT_JOB_STOPPED, EXIT_SERVICE, ChecksFailed, ConfigError,
                                    JobFailed)
 
@@ -65,6 +66,8 @@ def config_flags(**kw: Any) -> dict[str, Any]:
 
 
 def dump(data: Any, output: Output) -> None:
+    if isinstance(data, Result):
+        data = data.to_json()
     if output is Output.yaml:
         import yaml
 
