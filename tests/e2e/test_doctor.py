@@ -32,11 +32,6 @@ def by_check(rep: dict) -> dict[str, dict]:
     return {f["check"]: f for f in rep["findings"]}
 
 
-def has_shm(rc: dict) -> bool:
-    pod = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
-    return any(m.get("mountPath") == "/dev/shm" for m in pod["containers"][0].get("volumeMounts", []))
-
-
 def rc_get(custom_objects, namespace: str) -> dict:
     return custom_objects.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "miles-e2e")
 
@@ -53,8 +48,24 @@ def test_pending_pod_whose_gpus_no_node_has(kube_env, cli, core_v1, custom_objec
     assert f["data"]["status"] == "skipped"  # kwok pods run no Ray: the port-forward to the head gets no answer
     assert f["ray_membership"]["status"] == "skipped" and "does not answer" in f["ray_membership"]["summary"]
     assert "miles-e2e-head" in " ".join(f["data"]["evidence"])  # the reason names the head pod
-    assert f["shm"]["status"] == ("ok" if has_shm(rc_get(custom_objects, namespace)) else "problem")
+    assert f["shm"]["status"] == "ok", f["shm"]  # every group of miles-ray's render mounts a memory /dev/shm
     assert all(set(x) == {"check", "checklist", "status", "summary", "evidence", "fix"} for x in rep["findings"])
+
+    # the worker group's /dev/shm mount taken away: doctor names the group (the default's 64Mi would break NCCL)
+    rc = rc_get(custom_objects, namespace)
+    group = rc["spec"]["workerGroupSpecs"][0]["groupName"]
+    mounts = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["volumeMounts"]
+    [at] = [i for i, m in enumerate(mounts) if m["mountPath"] == "/dev/shm"]
+    custom_objects.patch_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", "miles-e2e",
+        [{"op": "test", "path": f"/spec/workerGroupSpecs/0/template/spec/containers/0/volumeMounts/{at}/mountPath",
+          "value": "/dev/shm"},
+         {"op": "remove", "path": f"/spec/workerGroupSpecs/0/template/spec/containers/0/volumeMounts/{at}"}],
+        _content_type="application/json-patch+json")
+    code, rep, err = doctor(cli, namespace)
+    shm = by_check(rep)["shm"]
+    assert code == 4 and shm["status"] == "problem", shm
+    assert group in shm["summary"] and "headgroup" not in shm["summary"], shm
 
     # a second worker group asking 16 GPUs per pod, on nodes of 8
     rc = rc_get(custom_objects, namespace)

@@ -3,7 +3,7 @@
 Runs among the last e2e tests (file name): it replaces the RayCluster CRD of the shared control plane with
 KubeRay v1.5.0's (tests/data/kuberay/v1.5.0, sha256-checked: no ``spec.authOptions``), shows that the API
 server really DROPS that field on create (why the refusal matters: the cluster would come up without token
-authentication), that ``up`` refuses it in one line naming the version needed (exit 2, nothing created), and
+authentication), that ``up`` refuses it (the default render has it: asserted, never added by the test) in one line naming the version needed (exit 2, nothing created), and
 restores the CRD of the operator the control plane runs (cluster/versions.env), where the same render passes
 preflight and the server's dry run keeps the field."""
 
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.e2e.test_kube_cli import rayclusters, up_args
+from tests.e2e.test_kube_cli import IMAGE, RAY, rayclusters, up_args
 from tests.infra.fixtures import fakegpu
 
 pytestmark = pytest.mark.e2e
@@ -49,23 +49,6 @@ def _install(ext, body: dict, wait_for) -> None:
     wait_for(f"CRD {CRD} replaced", served, timeout=60)
 
 
-def _with_auth(monkeypatch) -> None:
-    """Token auth rendered into the RayCluster (``spec.authOptions`` with the token Secret). Where the builders
-    already render it (config ``ray_auth``, on another branch) their block is used as is; otherwise it is added
-    to what prepare_cluster returns, exactly where the builders put it."""
-    from miles_ray.services import k8s_clusters
-
-    real = k8s_clusters.prepare_cluster
-
-    def prepare(cfg, via):
-        objects = real(cfg, via)
-        if objects.raycluster is not None and "authOptions" not in objects.raycluster["spec"]:
-            objects.raycluster["spec"]["authOptions"] = {"mode": "token", "secretName": f"{cfg.name}-ray-token"}
-        return objects
-
-    monkeypatch.setattr(k8s_clusters, "prepare_cluster", prepare)
-
-
 def _dry_run_create(custom_objects, namespace: str, name: str) -> dict:
     body = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name},
             "spec": {"authOptions": {"mode": "token"},
@@ -76,12 +59,18 @@ def _dry_run_create(custom_objects, namespace: str, name: str) -> dict:
 
 
 def test_older_operator_crd_refuses_unknown_field(kube_env, k8s_api, custom_objects, cli, namespace, shared_volume,
-                                                  monkeypatch, wait_for):
+                                                  wait_for):
     from kubernetes import client
+
+    # the default render has token auth (spec.authOptions): nothing here adds it, so if a change ever dropped it
+    # from the default, this fails instead of the refusal below being shown on a field the test put there
+    code, out, err = cli("render", "-F", "kuberay", "-o", "json", "--nodes", "2", "--image", IMAGE, "--ray-version", RAY,
+                         "--name", "miles-e2e", "--namespace", namespace)
+    assert code == 0, err
+    assert yaml.safe_load(out)["spec"]["authOptions"]["mode"] == "token", out
 
     ext = client.ApiextensionsV1Api(k8s_api)
     current = yaml.safe_load((fakegpu.artifact_paths()["crds"] / "ray.io_rayclusters.yaml").read_text())
-    _with_auth(monkeypatch)
     _install(ext, _old_crd(), wait_for)
     try:
         # the API server silently prunes what the installed CRD does not declare

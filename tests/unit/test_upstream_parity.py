@@ -129,13 +129,21 @@ def test_direct_job_equals_the_upstream_launchers(path):
     assert job.runtime_env["env_vars"]["RAY_ADDRESS"] == URL
 
 
-@pytest.mark.parametrize("path", CAPTURES, ids=[p.stem for p in CAPTURES])
+# captures launcher mode would run as is: not refused by the planner, within the launcher's node range (only
+# these are generated, so every case asserts; the refused ones are checked by the parity test above)
+LAUNCHED = [p for p in CAPTURES if not load(p)["refused"] and in_launcher_range(BUILTIN[load(p)["recipe"]],
+                                                                                load(p)["nodes"])]
+
+
+def test_most_captures_are_launched_as_is():
+    assert len(LAUNCHED) >= len(CAPTURES) * 2 // 3, (len(LAUNCHED), len(CAPTURES))
+
+
+@pytest.mark.parametrize("path", LAUNCHED, ids=[p.stem for p in LAUNCHED])
 def test_catalog_layout_is_the_launchers(path):
     """Launcher mode trusts the recipe's default layout (and, disaggregated, its split) as the launcher's own."""
     cap = load(path)
     recipe = BUILTIN[cap["recipe"]]
-    if cap["refused"] or not in_launcher_range(recipe, cap["nodes"]):
-        return
     _, split = split_aside(cap["entrypoint_argv"])
     assert ("colocated" if "--colocate" in split else "disaggregated") == recipe.default_layout
     if recipe.default_layout == "disaggregated":
