@@ -105,4 +105,11 @@ def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
             raise Unreachable(f"the Ray head of RayCluster {namespace}/{name} (pod {namespace}/{pod}) does not "
                               f"answer through a port-forward to its port {DASHBOARD_PORT} ({e.message})",
                               hint="'miles-ray status' shows the pods; 'miles-ray doctor' says why") from None
-        yield url
+        try:
+            yield url
+        except Unreachable as e:
+            if url not in e.message:
+                raise
+            # the forward's local URL means nothing to the user: name the head it reached, and its pod
+            raise Unreachable(e.message.replace(url, f"k8s://{namespace}/{name} (pod {namespace}/{pod})"),
+                              hint=e.hint) from None

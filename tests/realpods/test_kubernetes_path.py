@@ -99,14 +99,40 @@ def _rayclusters(ns: SimpleNamespace) -> list[dict]:
     return ns.crd.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"]
 
 
+def ray_alive_nodes(live: SimpleNamespace) -> list[dict] | None:
+    """Ray's ALIVE nodes as the head's own dashboard lists them (GET /api/v0/nodes through a port-forward to the
+    running head pod, with the token of KubeRay's Secret): read here, not through any miles-ray verb. None while
+    there is no running head or it does not answer."""
+    import base64
+    import urllib.request
+
+    from miles_ray.adapters.kube import port_forward
+
+    heads = [p for p in live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items
+             if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+    if not heads:
+        return None
+    token = base64.b64decode(live.core.read_namespaced_secret(NAME, NS).data["auth_token"]).decode()
+    try:
+        with port_forward(live.api, NS, heads[0].metadata.name, 8265) as url:
+            req = urllib.request.Request(url + "/api/v0/nodes?limit=1000", headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                payload = json.loads(resp.read())
+    except Exception:  # noqa: BLE001 -- a head that is starting or going away: not yet
+        return None
+    rows = payload["data"]["result"]["result"]
+    return [n for n in rows if n["state"] == "ALIVE"]
+
+
 def _ray_sees_the_pods(live: SimpleNamespace) -> bool:
     """Ray's ALIVE nodes are exactly the cluster's running pods (head + 2 GPU workers) -- not a count: a pod
     deleted a moment ago stays ALIVE in Ray until its health check fails, and would stand in for its
     replacement that has not joined yet."""
     pods = [p for p in live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items
             if p.status.phase == "Running" and p.metadata.deletion_timestamp is None and p.status.pod_ip]
-    st = json.loads(live.mr("status", "--backend", "kubernetes", "--ray", "-o", "json")[1] or "{}")
-    return len(pods) == 3 and st.get("ray_node_ips") == sorted(p.status.pod_ip for p in pods)
+    alive = ray_alive_nodes(live)
+    return len(pods) == 3 and alive is not None and sorted(n["node_ip"] for n in alive) == sorted(
+        p.status.pod_ip for p in pods)
 
 
 def _step_seconds(stderr: str) -> dict[str, float]:
@@ -383,7 +409,8 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
     real_pods.figures["head_deleted_to_logs_exit_s"] = round(time.monotonic() - t, 1)
     assert follow.proc.returncode not in (0, None)
     last = [ln for ln in err.splitlines() if ln.strip()][-1:]
-    assert last and "head" in last[0].lower(), err[-3000:]  # one clear line naming the lost head
+    assert last and last[0].startswith("error:") and "head" in last[0].lower(), err[-3000:]  # one clear line
+    assert f"pod {NS}/{old_head}" in last[0], last[0]  # naming the head pod it lost
     assert "Traceback" not in err
 
     def new_head_running() -> str | None:
@@ -423,8 +450,11 @@ def test_park_frees_the_pods_and_resume_brings_both_workers_back_into_ray(live: 
     back = _json(live.mr("resume", "--backend", "kubernetes", "--timeout", "600", "-o", "json"))
     real_pods.figures["resume_to_workers_in_ray_s"] = round(time.monotonic() - t, 1)
     assert back["resumed"] is True and back["status"]["ray"]["gpu_node_count"] == 2
+    alive = ray_alive_nodes(live)  # Ray's own node list, not miles-ray's reading of it
+    assert alive is not None and len(alive) == 3, alive  # the head and both GPU workers ALIVE
+    assert sum(n["resources_total"].get("GPU", 0) for n in alive) == 2 * GPUS, alive
     st = _json(live.mr("status", "--backend", "kubernetes", "--ray", "-o", "json"))
-    assert st["ray_nodes_alive"] == 3 and st["ray_gpus"] == 2 * GPUS  # the head and both GPU workers ALIVE
+    assert st["ray_nodes_alive"] == 3 and st["ray_gpus"] == 2 * GPUS  # and status says the same
     assert st["idle"]["idle"] is True  # a resumed cluster has run nothing since its head started
 
 
