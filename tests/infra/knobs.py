@@ -52,6 +52,15 @@ def unavailable(component: str, reason: str) -> NoReturn:
     pytest.skip(f"{component} unavailable (set {STRICT}=1 to fail instead): {reason}")
 
 
+_STANDINS: dict[str, str] = {}
+
+
+def standin_used(component: str, fake: str, why: str) -> None:
+    """Record that a FAKE (``fake``, under tests/fakes) stood in for ``component``; the run's summary lists every
+    one, so a pass that leaned on a stand-in is never mistaken for the real component's."""
+    _STANDINS[component] = f"{fake} ({why})"
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"{STRICT}: {'on (a skip is a failure)' if strict() else 'off'}"
 
@@ -78,6 +87,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 — pytest's own reporter type
+    for component, fake in sorted(_STANDINS.items()):
+        terminalreporter.write_line(f"STAND-IN used for {component}: {fake}", yellow=True)
     if _TIER_SECONDS:
         terminalreporter.write_line("time per tier (set-up + tests + tear-down, seconds): " + ", ".join(
             f"{t} {s:.0f}" for t, s in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1])))
