@@ -139,7 +139,7 @@ def test_rendered_rayclusters_have_valid_names_and_labels(name, group, recipe, n
     on the pods KubeRay would make; the head service name KubeRay derives fits 63 characters)."""
     import kubernetes_validate
 
-    from miles_ray.cli.plan import resolve_plan
+    from miles_ray.core.prepare import resolve_plan
     from miles_ray.core.builders import build_raycluster
     from miles_ray.core.config import load_config
     from miles_ray.core.errors import PlanError
