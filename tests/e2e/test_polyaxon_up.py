@@ -33,8 +33,9 @@ def args(namespace: str, name: str, *extra: str) -> list[str]:
 
 def test_up_via_polyaxon_creates_the_operation(px_env, cli, core_v1, namespace, tmp_path):
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
-    from miles_ray.cli.render import build_documents
     from miles_ray.core.config import load_config
+    from miles_ray.core.prepare import Document
+    from miles_ray.services.documents import prepare_documents
 
     (tmp_path / "px.yaml").write_text("polyaxon_project: miles-e2e\n")
     ray_token_secret(core_v1, namespace, "px-two")  # what the operation's pods read RAY_AUTH_TOKEN from
@@ -51,10 +52,10 @@ def test_up_via_polyaxon_creates_the_operation(px_env, cli, core_v1, namespace, 
     # what the server holds is what we generated
     cfg = load_config({"nodes": 2, "image": IMAGE, "ray_version": "2.60.0", "namespace": namespace,
                        "name": "px-two", "polyaxon_project": "miles-e2e"}, environ={})
-    docs, _, _ = build_documents(cfg, {"polyaxon"})
+    op = prepare_documents(cfg, [Document.operation]).operation  # what 'render -F polyaxon' prints
     sent = run["raw_content"]
     sent = json.loads(sent) if isinstance(sent, str) else sent
-    assert sent["component"]["run"] == docs["polyaxon"]["component"]["run"]
+    assert sent["component"]["run"] == op["component"]["run"]
     # idempotent: up again finds the same run
     code, out, err = cli(*args(namespace, "px-two"))
     assert code == 0, err
