@@ -6,7 +6,7 @@ from rich.table import Table
 
 from miles_ray.cli.common import (ConfigOpt, GpusOpt, LayoutOpt, NodesOpt, OutputOpt, RecipeFileOpt, RecipeOpt,
                                   RolloutGpusOpt, RolloutNodesOpt, Output, config_flags, emit, out, warn)
-from miles_ray.core.plans import require_feasible, resolve_plan
+from miles_ray.core.prepare import require_feasible, resolve_plan
 from miles_ray.core.config import load_config
 
 

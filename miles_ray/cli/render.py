@@ -15,16 +15,11 @@ import typer
 from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt, NameOpt, NamespaceOpt,
                                   NodesOpt, QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
                                   RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, config_flags, err, warn)
-from miles_ray.cli.plan import require_feasible, resolve_plan
+from miles_ray.core.builders import NO_AUTH_WARNING
+from miles_ray.core.config import MilesRayConfig, load_config
 from miles_ray.core.errors import ConfigError
-from miles_ray.adapters.crd_schema import validate_raycluster
-from miles_ray.adapters.polyaxon_spec import to_custom_resource, validate_operation
-from miles_ray.core.builders import NO_AUTH_WARNING, build_operation, build_raycluster
-from miles_ray.core.config import load_config
-from miles_ray.core.images import check_image
-from miles_ray.core.queues import apply_to_operation, apply_to_raycluster
-from miles_ray.core.recipes import get_recipe
-from miles_ray.core.single_node import build_single_node
+from miles_ray.core.prepare import ClusterDocuments, Document
+from miles_ray.services.documents import prepare_documents
 
 
 class Format(str, Enum):
@@ -34,62 +29,33 @@ class Format(str, Enum):
     all = "all"
 
 
+# what each -F renders
+FORMATS: dict[Format, tuple[Document, ...]] = {
+    Format.polyaxon: (Document.operation,),
+    Format.polyaxon_cr: (Document.operation_cr,),
+    Format.kuberay: (Document.raycluster,),
+    Format.all: (Document.operation, Document.operation_cr, Document.raycluster),
+}
+
+
 class DocOutput(str, Enum):
     yaml = "yaml"
     json = "json"
 
 
-def build_documents(cfg, formats: set[str]) -> tuple[dict[str, dict[str, Any]], list[str], Any]:
-    """Validate config, plan and image, then build and validate each requested document."""
-    if not cfg.image:
-        raise ConfigError("no image given", hint="pass --image repo[:tag]@sha256:<64 hex> or set 'image' in miles-ray.yaml")
-    image, warnings = check_image(cfg.image, cfg.allow_unpinned)
-    if not cfg.ray_version:
-        raise ConfigError(
-            "no Ray version given",
-            hint="pass --ray-version with the version installed in the image "
-                 "(docker run IMAGE python -c 'import ray; print(ray.__version__)'); it is written to rayVersion",
-        )
-    _, plan = resolve_plan(cfg)
-    require_feasible(plan)
-    warnings += plan.warnings
-    if cfg.ray_auth != "token":
-        warnings.append(NO_AUTH_WARNING)
-    docs: dict[str, dict[str, Any]] = {}
-    if formats & {"polyaxon", "polyaxon-cr"}:
-        op = apply_to_operation(build_operation(cfg, plan, str(image), cfg.ray_version), cfg, plan.ray.gpu_workers)
-        validate_operation(op)
-        if "polyaxon" in formats:
-            docs["polyaxon"] = op
-        if "polyaxon-cr" in formats:
-            connections = [{"name": cfg.connection, "kind": "volume_claim",
-                            "schema": {"volumeClaim": cfg.claim, "mountPath": cfg.mount_path}}]
-            docs["polyaxon-cr"] = to_custom_resource(op, namespace=cfg.namespace, run_uuid="0" * 32,
-                                                     run_name=cfg.name, project=cfg.polyaxon_project,
-                                                     owner=cfg.polyaxon_owner, connections=connections,
-                                                     polyaxon_host=cfg.polyaxon_host or "http://localhost:8000")
-    if "kuberay" in formats:
-        rc = apply_to_raycluster(build_raycluster(cfg, plan, str(image), cfg.ray_version), cfg)
-        validate_raycluster(rc)
-        docs["kuberay"] = rc
-    return docs, warnings, plan
+def render_warnings(cfg: MilesRayConfig, docs: ClusterDocuments) -> list[str]:
+    """What render warns about: the image and builders (as up does), and for a cluster also the plan and, without
+    Ray auth, that (up says the latter itself)."""
+    if docs.plan is None:  # the single-node job: not planned, its launcher starts Ray in the pod
+        return list(docs.warnings)
+    return docs.warnings + docs.plan.warnings + ([NO_AUTH_WARNING] if cfg.ray_auth != "token" else [])
 
 
-def build_single_node_document(cfg) -> tuple[dict[str, Any], list[str]]:
-    """The single-node Polyaxon job to start with (the upstream launcher in one pod), validated by Polyaxon."""
-    if not cfg.image:
-        raise ConfigError("no image given", hint="pass --image repo[:tag]@sha256:<64 hex> or set 'image' in miles-ray.yaml")
-    image, warnings = check_image(cfg.image, cfg.allow_unpinned)
-    op, more = build_single_node(cfg, get_recipe(cfg.recipe, cfg.recipe_file), str(image))
-    validate_operation(op)
-    return op, warnings + more
+FILE_NAMES = {Document.operation: "{name}.polyaxon.yaml", Document.operation_cr: "{name}.polyaxon-cr.yaml",
+              Document.raycluster: "{name}.raycluster.yaml", Document.single_node: "{name}.single-node.polyaxon.yaml"}
 
 
-FILE_NAMES = {"polyaxon": "{name}.polyaxon.yaml", "polyaxon-cr": "{name}.polyaxon-cr.yaml",
-              "kuberay": "{name}.raycluster.yaml", "single-node": "{name}.single-node.polyaxon.yaml"}
-
-
-def write_documents(docs: dict[str, dict[str, Any]], name: str, out_dir: Path) -> list[Path]:
+def write_documents(docs: dict[Document, dict[str, Any]], name: str, out_dir: Path) -> list[Path]:
     """Write all documents or none: each goes to a temp file first, then is renamed into place."""
     import yaml
 
@@ -162,19 +128,18 @@ def render_cmd(
                                    rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
                                    allow_unpinned=allow_unpinned, recipe_file=recipe_file,
                                    queue=queue, scheduler=scheduler, ray_auth=ray_auth), config)
+    kinds = FORMATS[format]
     if single_node:
-        if format is not Format.polyaxon:
+        if kinds != (Document.operation,):  # the single-node job is rendered in place of the operation
             raise ConfigError(f"--single-node renders a Polyaxon job only, not -F {format.value}",
                               hint="drop -F (or use -F polyaxon) with --single-node")
-        op, warnings = build_single_node_document(cfg)
-        docs = {"single-node": op}
-    else:
-        formats = {"polyaxon", "polyaxon-cr", "kuberay"} if format is Format.all else {format.value}
-        docs, warnings, _ = build_documents(cfg, formats)
-    for w in warnings:
+        kinds = (Document.single_node,)
+    prepared = prepare_documents(cfg, kinds)
+    docs = prepared.documents(kinds)
+    for w in render_warnings(cfg, prepared):
         warn(w)
     if out is None:
-        ordered = [docs[k] for k in FILE_NAMES if k in docs]
+        ordered = list(docs.values())
         if output is DocOutput.json:
             sys.stdout.write(json.dumps(ordered[0] if len(ordered) == 1 else ordered, indent=2) + "\n")
         else:

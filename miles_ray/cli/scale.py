@@ -9,7 +9,7 @@ import typer
 from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
                                   Output, OutputOpt, TimeoutOpt, config_flags, emit, err, progress_display, warn)
 from miles_ray.cli.views import kube_status_table, nodes_table
-from miles_ray.cli.plan import resolve_plan
+from miles_ray.core.prepare import resolve_plan
 from miles_ray.core.config import load_config
 from miles_ray.core.planner import summary_line
 from miles_ray.services import clusters

@@ -14,12 +14,11 @@ from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, Conf
                                   RolloutNodesOpt, SchedulerOpt, TimeoutOpt, config_flags, emit, err, notices, out,
                                   progress_display, warn)
 from miles_ray.core.errors import ConfigError
-from miles_ray.cli.render import build_single_node_document
 from miles_ray.cli.views import kube_summary, nodes_table
 from miles_ray.core.builders import NO_AUTH_WARNING
 from miles_ray.core.config import load_config
 from miles_ray.services import clusters
-from miles_ray.services.k8s_clusters import up_single_node
+from miles_ray.services.single_node import up_single_node
 
 
 class Via(str, Enum):
@@ -92,14 +91,13 @@ def up_cmd(
             raise ConfigError("--single-node creates a Polyaxon job (the launcher starts Ray inside its pod)",
                               hint="drop --backend local / --via kuberay with --single-node")
         with progress_display(f"creating single-node job {cfg.name}", timeout=timeout if wait else None) as p:
-            op, warnings = build_single_node_document(cfg)
-            result = up_single_node(cfg, op, warnings, dry_run.value if dry_run else None, wait, timeout, p)
-        for w in result.get("warnings", []):
+            result = up_single_node(cfg, dry_run.value if dry_run else None, wait, timeout, p)
+        for w in result.warnings:
             warn(w)
-        notices(result)
+        notices(result.to_json())
         emit(result, output, lambda: out.print(
-            f"single-node job {cfg.name} " + ("validated (dry run, nothing created)" if result.get("dry_run") else
-                                               f"created: Polyaxon run {result['polyaxon_uuid']} [{result['status']}]")
+            f"single-node job {cfg.name} " + ("validated (dry run, nothing created)" if result.dry_run else
+                                               f"created: Polyaxon run {result.polyaxon_uuid} [{result.status}]")
             + f" in {cfg.polyaxon_owner}/{cfg.polyaxon_project}"))
         return
     chosen = clusters.pick_backend(backend.value, cfg)

@@ -30,7 +30,7 @@ from miles_ray.core.errors import ConfigError, Conflict
 from miles_ray.core.heads import in_cluster_url, parse_head
 from miles_ray.core.images import ImageRef, check_image
 from miles_ray.core.planner import Plan
-from miles_ray.core.plans import require_feasible, resolve_plan
+from miles_ray.core.prepare import require_feasible, resolve_plan
 from miles_ray.core.recipes import Recipe
 from miles_ray.core.runs import SCHEMA, ResumeTarget, RunRecord, resume_differences, resume_target, run_id_of
 from miles_ray.core.secrets import HINT as SECRET_HINT

@@ -1,8 +1,8 @@
 """Clusters on Kubernetes: preflight, create (KubeRay directly or a Polyaxon raycluster operation), wait until
-the GPU workers joined Ray, scale, status, down; and the single-node Polyaxon job.
+the GPU workers joined Ray, scale, status, down.
 
-Each verb first prepares, purely, the exact objects it will create (:func:`miles_ray.core.plans.prepare_cluster`,
-validated), then reads the cluster (preflight) and only then creates or changes anything."""
+Each verb first prepares the exact objects it will create (:func:`miles_ray.services.documents.prepare_cluster`:
+the one document pipeline, validated), then reads the cluster (preflight) and only then creates or changes anything."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from miles_ray.core.crd_fields import first_unknown_field, kuberay_version_neede
 from miles_ray.core.errors import (ClusterError, ConfigError, Conflict, Interrupted, Invalid, NotFound, TimedOut,
                                    Unreachable)
 from miles_ray.core.heads import k8s_address
-from miles_ray.core.plans import ClusterObjects, prepare_cluster
+from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.queues import kueue_pending_reason, kueue_queue_of, kueue_queued
+from miles_ray.services.documents import prepare_cluster
 from miles_ray.services.jobs import live_status
 from miles_ray.services.queues import check_queue
 from miles_ray.core.progress import Progress, say as _say
@@ -183,9 +184,7 @@ def up(cfg: MilesRayConfig, progress: Progress = None, timeout: float = 600, via
 
 def _up(cfg: MilesRayConfig, progress: Progress, timeout: float, via: str, dry_run: str | None, wait: bool,
         ray_check: bool) -> dict[str, Any]:
-    objects = prepare_cluster(cfg, via)  # everything that will be created, before any I/O
-    if objects.operation is not None:
-        polyaxon_spec.validate_operation(objects.operation)
+    objects = prepare_cluster(cfg, via)  # everything that will be created, validated, before any I/O
     rc = objects.raycluster
     if via == "polyaxon":
         missing = without_kubectl(cfg)
@@ -287,44 +286,7 @@ def polyaxon_preflight(cfg: MilesRayConfig, op: dict, progress: Progress = None)
     return client, known
 
 
-def up_single_node(cfg: MilesRayConfig, op: dict, warnings: list[str], dry_run: str | None, wait: bool,
-                   timeout: float, progress: Progress = None) -> dict[str, Any]:
-    """Create the single-node job (one pod running the upstream launcher, to confirm one complete run before
-    going multi-node; built and validated by the caller) through the Polyaxon API, idempotent by name and
-    content."""
-    notices: list[str] = []
-    if cfg.ray_auth == "token":  # the job's container reads RAY_AUTH_TOKEN from the Secret (see single_node)
-        missing = without_kubectl(cfg)
-        if missing:
-            notices.append(f"no kubeconfig ({missing} does not exist): "
-                           f"{unchecked_token_secret(cfg, ray_token_secret(cfg))} is not checked")
-        else:
-            _say(progress, f"preflight: the Ray token Secret {cfg.namespace}/{ray_token_secret(cfg)}")
-            check_token_secret(cfg, _client(cfg), ray_token_secret(cfg), "the single-node job's container")
-    client, known = polyaxon_preflight(cfg, op, progress)
-    result: dict[str, Any] = {"name": cfg.name, "kind": "single-node",
-                              "project": f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}", "warnings": warnings,
-                              "notices": notices}
-    if dry_run:
-        result.update({"dry_run": dry_run, "created": False, "operation": op})
-        return result
-    meta = {"miles_ray": {"recipe": cfg.recipe, "kind": "single-node", "gpus_per_node": cfg.gpus_per_node,
-                          "image": cfg.image}}
-    uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
-                                   tags=op.get("tags"), meta=meta, known_connections=known)
-    _say(progress, f"created Polyaxon run {uuid}")
-    result.update({"created": True, "polyaxon_uuid": uuid,
-                   "output_dir": f"{cfg.mount_path}/{cfg.runs_dir}/{uuid}"})
-    if wait:
-        _say(progress, f"waiting up to {timeout:.0f}s for run {uuid} to start (Polyaxon's agent schedules the pod)")
-        run = client.wait_for_status(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, {"running", "succeeded"}, timeout)
-    else:
-        run = client.get_run(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, with_conditions=False)
-    result["status"] = run.get("status")
-    return result
-
-
-def _up_polyaxon(cfg: MilesRayConfig, api, objects: ClusterObjects, result: dict[str, Any], progress: Progress,
+def _up_polyaxon(cfg: MilesRayConfig, api, objects: ClusterDocuments, result: dict[str, Any], progress: Progress,
                  timeout: float, dry_run: str | None, wait: bool, ray_check: bool) -> dict[str, Any]:
     op, plan = objects.operation or {}, objects.plan
     client, known = polyaxon_preflight(cfg, op, progress)

@@ -112,6 +112,22 @@ def test_server_dry_run_creates_nothing(kube_env, cli, custom_objects, namespace
     assert rayclusters(custom_objects, namespace) == []
 
 
+@pytest.mark.parametrize("dry_run", ["client", "server"])
+def test_dry_run_returns_what_render_prints(kube_env, cli, custom_objects, namespace, shared_volume, dry_run):
+    """One document pipeline: the RayCluster 'up --via kuberay' would create is, byte for byte, the one
+    'render -F kuberay' prints for the same flags."""
+    flags = ["--layout", "disaggregated", "--rollout-nodes", "1"]
+    code, out, err = cli(*up_args(namespace, 2), *flags, "--dry-run", dry_run, "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["created"] is False and result["dry_run"] == dry_run
+    code, rendered, err = cli("render", "-F", "kuberay", "--nodes", "2", "--image", IMAGE, "--ray-version", RAY,
+                              *kube_args(namespace), *flags, "-o", "json")
+    assert code == 0, err
+    assert result["raycluster"] == json.loads(rendered)
+    assert rayclusters(custom_objects, namespace) == []
+
+
 def test_unschedulable_pod_reported_with_reason(kube_env, cli, core_v1, custom_objects, namespace):
     from kubernetes import client
 

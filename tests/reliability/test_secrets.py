@@ -102,7 +102,7 @@ def _cfg(**kw):
 
 def test_secret_env_is_a_secret_key_ref_in_the_raycluster():
     from miles_ray.adapters.crd_schema import validate_raycluster
-    from miles_ray.cli.plan import resolve_plan
+    from miles_ray.core.prepare import resolve_plan
     from miles_ray.core.builders import build_raycluster
 
     cfg = _cfg()
@@ -118,7 +118,7 @@ def test_secret_env_is_a_secret_key_ref_in_the_raycluster():
 
 def test_secret_env_is_accepted_by_polyaxon_and_reaches_its_custom_resource():
     from miles_ray.adapters.polyaxon_spec import to_custom_resource, validate_operation
-    from miles_ray.cli.plan import resolve_plan
+    from miles_ray.core.prepare import resolve_plan
     from miles_ray.core.builders import build_operation
 
     cfg = _cfg()

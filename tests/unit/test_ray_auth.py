@@ -21,7 +21,7 @@ def _cfg(**kw):
 
 
 def _plan(cfg):
-    from miles_ray.core.plans import resolve_plan
+    from miles_ray.core.prepare import resolve_plan
 
     return resolve_plan(cfg)[1]
 
