@@ -30,7 +30,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
                "Show the cluster (nodes alive in Ray, GPUs per node) or, given RUN, that run's job."),
     "logs": ("logs", "logs_cmd", "Print a run's job logs (from the Ray Jobs API)."),
     "stop": ("stop", "stop_cmd", "Stop a run's Ray job."),
-    "runs": ("runs", "runs_app", "Run records: list them (the default), compare two."),
+    "runs": ("runs", "runs_cmd", "Run records: list them (the default), compare two."),
     "park": ("park", "park_cmd",
              "Park the cluster: its pods go (GPUs freed), the RayCluster object, claims and checkpoints stay."),
     "resume": ("resume", "resume_cmd", "Resume a parked cluster and wait until every GPU worker has rejoined Ray."),
@@ -48,6 +48,22 @@ VERBS: dict[str, tuple[str, str, str]] = {
     "init": ("init", "init_cmd",
              "Write a commented starter configuration file (every key, its default and what it does)."),
 }
+
+# a verb that is a group: its function is the group's callback (run when no subcommand is given), and its
+# subcommands, name -> (module in miles_ray.cli, command function), are verb modules of their own
+GROUPS: dict[str, dict[str, tuple[str, str]]] = {
+    "runs": {"compare": ("compare", "compare_cmd")},
+}
+
+
+def _group(name: str, callback) -> typer.Typer:
+    group = typer.Typer(invoke_without_command=True, no_args_is_help=False, rich_markup_mode=None,
+                        add_completion=False)
+    for sub, (module, attr) in GROUPS[name].items():
+        group.command(sub)(getattr(importlib.import_module(f"miles_ray.cli.{module}"), attr))
+    group.callback()(callback)
+    return group
+
 
 def _exit_code_table() -> str:
     """The exit-code table of miles_ray.core.errors, one row per code, kept as is by click's wrapping (\\b)."""
@@ -68,7 +84,9 @@ def verb_command(name: str):
     if name not in _loaded:
         module, attr, _ = VERBS[name]
         obj = getattr(importlib.import_module(f"miles_ray.cli.{module}"), attr)
-        if not isinstance(obj, typer.Typer):
+        if name in GROUPS:
+            obj = _group(name, obj)
+        elif not isinstance(obj, typer.Typer):
             single = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
             single.command(name)(obj)
             obj = single

@@ -13,7 +13,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from miles_ray.adapters import state as records
 from miles_ray.core.results import Result
 from miles_ray.core.errors import (EXIT_JOB_RUNNING, EXIT_JOB_STOPPED, EXIT_SERVICE, ChecksFailed, ConfigError,
                                    JobFailed)
@@ -120,31 +119,6 @@ def confirm(question: str, refusal: str, hint: str = "pass -y/--yes") -> None:
     answer = input(f"{question} [y/N] ")
     if answer.strip().lower() not in {"y", "yes"}:
         raise ConfigError("cancelled; nothing changed")
-
-
-def run_namespace(record: dict[str, Any]) -> str | None:
-    """The Kubernetes namespace of a run's cluster (``k8s://NAMESPACE/NAME`` addresses), else None."""
-    address = record.get("address", "")
-    return address[len("k8s://"):].partition("/")[0] if address.startswith("k8s://") else None
-
-
-def pick_run(run: str | None, namespace: str | None = None) -> str:
-    """RUN as given (checked against --namespace), or the latest run (the latest in --namespace)."""
-    if run:
-        if namespace is not None:
-            have = run_namespace(records.load_record(run))
-            if have != namespace:
-                raise ConfigError(f"run {run!r} is not on a cluster in namespace {namespace!r} "
-                                  f"({'namespace ' + repr(have) if have else 'not a Kubernetes run'})",
-                                  hint="drop --namespace, or name a run of that namespace ('miles-ray runs')")
-        return run
-    recs = records.list_records()
-    if namespace is not None:
-        recs = [r for r in recs if run_namespace(r) == namespace]
-    if not recs:
-        where = f" on a cluster in namespace {namespace!r}" if namespace is not None else ""
-        raise ConfigError(f"no runs yet{where}", hint="submit one with 'miles-ray submit'")
-    return recs[-1]["run"]
 
 
 def job_state_exit(run: str, state: str) -> None:

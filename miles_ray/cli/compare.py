@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from miles_ray.cli.common import (ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, emit, out,
-                                  pick_run)
+from miles_ray.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, emit, out
+from miles_ray.services.runs import pick_run
 from miles_ray.services.compare import compare
 
 

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from miles_ray.cli.common import (ConfigOpt, ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, emit, out,
-                                  pick_run, progress_display)
+                                  progress_display)
+from miles_ray.services.runs import pick_run
 from miles_ray.core.config import load_config
 from miles_ray.services.registry import polyaxon_target, register
 

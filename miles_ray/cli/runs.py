@@ -1,4 +1,5 @@
-"""miles-ray runs: the runs submitted from this machine, with their provenance."""
+"""miles-ray runs: the runs submitted from this machine, with their provenance ('runs compare' is its own verb
+module, cli/compare.py; cli/app.py puts both in the 'runs' group)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,10 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from miles_ray.adapters.state import list_records
-from miles_ray.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, emit, out, run_namespace
-from miles_ray.cli.compare import compare_cmd
-from miles_ray.services.jobs import live_status
-
-runs_app = typer.Typer(invoke_without_command=True, no_args_is_help=False, rich_markup_mode=None, add_completion=False)
-runs_app.command("compare")(compare_cmd)
+from miles_ray.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, emit, out
+from miles_ray.services.runs import list_runs
 
 
-@runs_app.callback()
 def runs_cmd(
     ctx: typer.Context,
     live: Annotated[bool, typer.Option("--live/--no-live", help="ask each run's head for its job state")] = True,
@@ -32,11 +27,7 @@ def runs_cmd(
     """
     if ctx.invoked_subcommand is not None:
         return
-
-    records = [r for r in list_records() if namespace is None or run_namespace(r) == namespace]
-    if live:
-        for r in records:
-            r["status"] = live_status(r, kube_context=context, kubeconfig=kubeconfig)
+    records = list_runs(namespace=namespace, live=live, kube_context=context, kubeconfig=kubeconfig)
 
     def table() -> None:
         t = Table("run", "status", "recipe", "split", "mode", "cluster", "created", "output dir")

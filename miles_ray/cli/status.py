@@ -6,22 +6,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, config_flags, emit, job_state_exit, notices, out, pick_run)
-from miles_ray.cli.views import kube_status_table, nodes_table
-from miles_ray.core.config import load_config
+from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, job_state_exit, notices, out
+from miles_ray.cli.options import ClusterFlags, cluster_options
+from miles_ray.cli.views import kube_status_table, nodes_table, run_status_line
 from miles_ray.core.errors import ClusterError
 from miles_ray.services import clusters, lifecycle
-from miles_ray.services.jobs import run_status
+from miles_ray.services.runs import pick_run, run_status
 
 
+@cluster_options
 def status_cmd(
     run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="a run name: show its job instead of the cluster", show_default=False)] = None,
-    name: NameOpt = None,
-    backend: BackendOption = Backend.auto,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    cluster: ClusterFlags = ClusterFlags(),
     ray: Annotated[bool, typer.Option("--ray/--no-ray", help="kubernetes: also ask Ray (via a port-forward to the head) how many nodes are alive and since when it is idle")] = False,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -36,17 +32,13 @@ def status_cmd(
     (--namespace must then be the namespace of the run's cluster).
     """
     if run:
-        info = run_status(pick_run(run, namespace), kube_context=context, kubeconfig=kubeconfig)
-        emit(info, output, lambda: out.print(
-            f"run {info['run']}: [bold]{info['status']}[/] (job {info['submission_id']} on {info['address']})"
-            + (f"\n{info['message']}" if info.get("message") else "")
-            + (f"\n(read the saved copy {info['saved_copy']['dir']}, saved {info['saved_copy']['saved_at']}: "
-               f"{info['saved_copy']['reason']}; the cluster no longer has the job)" if info.get("saved_copy") else "")))
-        job_state_exit(info["run"], info["status"])
+        info = run_status(pick_run(run, cluster.namespace), kube_context=cluster.context, kubeconfig=cluster.kubeconfig)
+        emit(info, output, lambda: run_status_line(info))
+        job_state_exit(info.run, info.status)
         return
 
-    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
-    chosen = lifecycle.pick_backend(backend.value, cfg)
+    cfg = cluster.config(config)
+    chosen = lifecycle.pick_backend(cluster.backend.value, cfg)
     parked = lifecycle.parked_record(cfg, chosen)
     if parked is not None:
         emit(parked, output, lambda: out.print(f"cluster {cfg.name}: [bold]parked[/] since {parked['parked_at']}; "

@@ -9,15 +9,15 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from miles_ray.adapters import state
-from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
-                                  KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
-                                  RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, config_flags,
+from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt, NodesOpt, Output,
+                                  OutputOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt,
                                   checks_failed, dump, emit, err, job_state_exit, notices, out, progress_display,
                                   warn)
-from miles_ray.cli.logs import read_logs
-from miles_ray.core.config import load_config
-from miles_ray.services import jobs
+from miles_ray.cli.options import ClusterFlags, cluster_options
+from miles_ray.cli.views import read_logs
+from miles_ray.core.runs import DryRunView, LauncherExec
+from miles_ray.core.submission import SubmitRequest
+from miles_ray.services.runs.submit import exec_launcher, launcher_command, submit
 
 
 class DryRun(str, Enum):
@@ -30,6 +30,7 @@ class Mode(str, Enum):
     launcher = "launcher"
 
 
+@cluster_options
 def submit_cmd(
     run: Annotated[Optional[str], typer.Option("--run", help="run name; re-submitting the same run never starts a second job [default: generated]", show_default=False)] = None,
     recipe: RecipeOpt = None,
@@ -43,7 +44,6 @@ def submit_cmd(
     hold: Annotated[float, typer.Option("--hold", min=0, max=86400, help="with --rehearse: keep the placed actors this many seconds after the checks (see the layout with 'ray status'); the run FAILS if one of them dies meanwhile (a node lost)")] = 0,
     rehearse: Annotated[bool, typer.Option("--rehearse", help="submit the rehearsal driver instead of Miles: proves the placement on (fake) GPUs")] = False,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard / Jobs API URL [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
-    backend: BackendOption = Backend.auto,
     wait_for_nodes: Annotated[bool, typer.Option("--wait-for-nodes/--no-wait-for-nodes", help="wait (up to --timeout) until the GPU workers have joined Ray")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for nodes; the rehearsal's placement timeout")] = 120.0,
     follow: Annotated[Optional[bool], typer.Option("--follow/--no-follow", "-f", help="stream the job's logs until it ends; the exit code tells its state [default: on for --rehearse]", show_default=False)] = None,
@@ -60,10 +60,7 @@ def submit_cmd(
     image: ImageOpt = None,
     ray_version: RayVersionOpt = None,
     allow_unpinned: AllowUnpinnedOpt = None,
-    name: NameOpt = None,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    cluster: ClusterFlags = ClusterFlags(),
     recipe_file: RecipeFileOpt = None,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -87,21 +84,18 @@ def submit_cmd(
       miles-ray submit --run q4-try1 --nodes 4 --image radixark/miles@sha256:<64 hex>
       miles-ray submit --run q4-try2 --nodes 4 --resume-from q4-try1
     """
-    cfg = load_config(config_flags(recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,
-                                   rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
-                                   ray_version=ray_version, allow_unpinned=allow_unpinned, name=name,
-                                   namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
-                                   recipe_file=recipe_file), config)
-    extra = shlex.split(extra_args) if extra_args else []
+    cfg = cluster.config(config, recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,
+                         rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
+                         allow_unpinned=allow_unpinned, recipe_file=recipe_file)
+    request = SubmitRequest(run=run, mode=mode.value, rehearse=rehearse, env=list(env or []),
+                            extra_args=shlex.split(extra_args) if extra_args else [], resume_from=resume_from,
+                            force=force, miles_commit=miles_commit, model_revision=model_revision,
+                            dataset_revision=dataset_revision, num_rollout=num_rollout, timeout=timeout,
+                            wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold)
 
-    def send(progress=None) -> dict:
-        return jobs.submit(cfg, run=run, mode=mode.value, rehearse=rehearse, address=address,
-                           backend=backend.value, wait_for_nodes=wait_for_nodes, timeout=timeout, env=env or [],
-                           extra_args=extra, resume_from=resume_from, force=force, miles_commit=miles_commit,
-                           model_revision=model_revision, dataset_revision=dataset_revision,
-                           num_rollout=num_rollout, progress=progress, check_data=check_data,
-                           dry_run=dry_run.value if dry_run else None, hold=hold,
-                           allow_miles_drift=allow_miles_drift)
+    def send(progress=None):
+        return submit(cfg, request, address=address, backend=cluster.backend.value, progress=progress,
+                      dry_run=dry_run.value if dry_run else None, allow_miles_drift=allow_miles_drift)
 
     if dry_run is DryRun.client:
         result = send()  # contacts nothing: no progress display
@@ -109,52 +103,46 @@ def submit_cmd(
         with progress_display(f"submitting run {run}" if run else "submitting",
                               timeout=timeout if wait_for_nodes else None) as p:
             result = send(p)
-    for w in result.get("warnings") or []:
+    for w in result.warnings:
         warn(w)
-    if dry_run is not None:
+    if isinstance(result, DryRunView):
         emit(result, output, lambda: _dry_run_summary(result))
-        checks_failed("the server dry run", len(result.get("problems") or []))
+        checks_failed("the server dry run", len(result.problems))
         return
-    if result.get("launcher"):
-        _run_launcher(cfg, result)
+    if isinstance(result, LauncherExec):
+        command = launcher_command(cfg, result)
+        err.print(f"run {result.run}: exec {' '.join(command.argv)} (MILES_SCRIPT_EXTERNAL_RAY=1, "
+                  f"RAY_ADDRESS={result.address})")
+        err.print("[yellow]note:[/] the upstream launcher pkill -9s processes named sglang, miles and redis on this host")
+        exec_launcher(command)
         return
-    if result.get("miles_notice"):
-        err.print(f"[yellow]note:[/] {escape(result['miles_notice'])}")
-    notices(result)
+    if getattr(result, "miles_notice", None):
+        err.print(f"[yellow]note:[/] {escape(result.miles_notice)}")
+    notices(result.to_json())
 
     def summary() -> None:
-        out.print(f"run {result['run']}: job {result['submission_id']} "
-                  + ("submitted" if result.get("created", True) else "already exists (not submitted again)")
-                  + f" on {result['address']} [{result.get('status')}]\n"
-                  + f"output dir {result['output_dir']}; follow with 'miles-ray logs {result['run']} --follow'")
+        out.print(f"run {result.run}: job {result.submission_id} "
+                  + ("submitted" if result.created else "already exists (not submitted again)")
+                  + f" on {result.address} [{result.status}]\n"
+                  + f"output dir {result.output_dir}; follow with 'miles-ray logs {result.run} --follow'")
 
     if not (follow if follow is not None else rehearse):
         emit(result, output, summary)
         return
     if output is Output.table:
         summary()
-    logs, final = read_logs(result["run"], True, output, context, kubeconfig)
+    logs, final = read_logs(result.run, True, output, cluster.context, cluster.kubeconfig)
     if output is not Output.table:
-        dump({**result, "status": final, "logs": logs}, output)
-    job_state_exit(result["run"], final)
+        dump({**result.to_json(), "status": final, "logs": logs}, output)
+    job_state_exit(result.run, final)
 
 
-def _dry_run_summary(result: dict) -> None:
-    out.print(f"dry run ({result['dry_run']}): run {result['run']}, job {result['submission_id']} on {result['address']} "
+def _dry_run_summary(result: DryRunView) -> None:
+    out.print(f"dry run ({result.dry_run}): run {result.run}, job {result.submission_id} on {result.address} "
               "(nothing recorded or submitted)")
-    out.print(f"entrypoint: {result['entrypoint']}")
-    env_vars = (result.get("runtime_env") or {}).get("env_vars") or {}
+    out.print(f"entrypoint: {result.entrypoint}")
+    env_vars = (result.runtime_env or {}).get("env_vars") or {}
     out.print("runtime env: " + ", ".join(f"{k}={v}" for k, v in sorted(env_vars.items())))
-    out.print(f"output dir {result['output_dir']}")
-    for problem in result.get("problems") or []:
+    out.print(f"output dir {result.output_dir}")
+    for problem in result.problems:
         err.print(f"[red]problem:[/] {escape(problem)}")
-
-
-def _run_launcher(cfg, result) -> None:
-    record = result["record"]
-    state.create_record(record)
-    argv = shlex.split(record["entrypoint"])
-    env = jobs.launcher_env(cfg, result["address"])
-    err.print(f"run {record['run']}: exec {' '.join(argv)} (MILES_SCRIPT_EXTERNAL_RAY=1, RAY_ADDRESS={result['address']})")
-    err.print("[yellow]note:[/] the upstream launcher pkill -9s processes named sglang, miles and redis on this host")
-    jobs.exec_launcher(argv, env, cfg.miles_root)

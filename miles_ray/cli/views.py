@@ -3,9 +3,13 @@ verbs show alike lives here)."""
 
 from __future__ import annotations
 
+import sys
+
 from rich.table import Table
 
-from miles_ray.cli.common import out
+from miles_ray.cli.common import Output, err, out
+from miles_ray.core.runs import RunStatus, SavedCopySource
+from miles_ray.services import runs
 
 
 def nodes_table(status: dict) -> None:
@@ -76,3 +80,38 @@ def kube_status_table(st: dict) -> None:
     if st.get("polyaxon_uuid"):
         line += f", Polyaxon run {st['polyaxon_uuid']} {st.get('polyaxon_status')}"
     out.print(line)
+
+
+# -- runs --
+
+def run_status_line(info: RunStatus) -> None:
+    """status RUN as a table: the job's state, its message, and where a saved copy came from."""
+    saved = info.saved_copy
+    out.print(f"run {info.run}: [bold]{info.status}[/] (job {info.submission_id} on {info.address})"
+              + (f"\n{info.message}" if info.message else "")
+              + (f"\n(read the saved copy {saved.dir}, saved {saved.saved_at}: {saved.reason}; the cluster no longer "
+                 "has the job)" if saved else ""))
+
+
+def read_logs(run: str, follow: bool, output: Output, kube_context: str | None = None,
+              kubeconfig: str | None = None) -> tuple[str | None, str | None]:
+    """(logs, state) of a run's job (logs RUN, submit --follow). As a table the logs stream to stdout as they come
+    (and are not returned); for json/yaml they are returned whole. The state is read once the logs end, when
+    following or for json/yaml; after following it is also said on stderr."""
+    kube = {"kube_context": kube_context, "kubeconfig": kubeconfig}
+
+    def saved_copy(where: SavedCopySource) -> None:
+        err.print(f"run {run}: its cluster no longer has the job; reading the saved copy ({where.dir}, saved "
+                  f"{where.saved_at}: {where.reason})")
+
+    text = None
+    if output is Output.table:
+        for chunk in runs.run_logs(run, follow, on_saved_copy=saved_copy, **kube):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+    else:
+        text = "".join(runs.run_logs(run, follow, on_saved_copy=saved_copy, **kube))
+    state = runs.run_status(run, **kube).status if follow or output is not Output.table else None
+    if follow:
+        err.print(f"run {run}: {state}")
+    return text, state

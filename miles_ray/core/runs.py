@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from miles_ray.core.entrypoint import checkpoint_dirs
 from miles_ray.core.errors import ConfigError
+from miles_ray.core.results import Result
 
 SCHEMA = "miles-ray/run-record/v1"
 # Where a record's checkpoint dirs come from: the job's own train.py command line (direct mode); the one direct mode
@@ -55,9 +56,16 @@ class RunRecord(BaseModel):
     polyaxon_run_uuid: str | None = None  # --mode launcher on Kubernetes: the Polyaxon job running the launcher
     polyaxon_owner: str | None = None
     polyaxon_project: str | None = None
+    # the Polyaxon API host the job was created on (status/logs/stop reach it there again); kept in the record of
+    # a launcher job only (the prepared record leaves it out: see RECORDED_ON_CREATION)
+    polyaxon_host: str | None = None
 
     def split_key(self) -> dict[str, Any]:
         return split_key(self.split)
+
+
+# fields a prepared record (dry runs print it) leaves out: set when the job is created
+RECORDED_ON_CREATION = frozenset({"polyaxon_host"})
 
 
 def split_key(split: dict[str, Any]) -> dict[str, Any]:
@@ -150,3 +158,203 @@ def resume_target(record: Mapping[str, Any]) -> ResumeTarget:
 def run_id_of(output_dir: str) -> str:
     """The launcher's --run-id for an output dir: its last component (a resumed run keeps its dirs' name)."""
     return PurePosixPath(output_dir).name
+
+
+# -- what the run verbs return (typed results: their -o json form is what users parse) ---------------------------
+
+class SavedCopySource(Result):
+    """Where and when a run's job was saved (its saved copy)."""
+
+    dir: str
+    saved_at: str | None
+    reason: str | None
+
+
+class JobInfo(Result):
+    """A job as its head (or its saved copy) describes it (the Ray Jobs API's job info)."""
+
+    job_id: str | None = None
+    ray_job_id: str | None = None
+    status: str | None = None
+    message: str | None = None
+    entrypoint: str | None = None
+    metadata: dict[str, Any] | None = None
+    start_time: int | float | None = None
+    end_time: int | float | None = None
+    driver_exit_code: int | None = None
+    runtime_env: dict[str, Any] | None = None
+    submission_id: str | None = None  # in a saved copy
+    saved_copy: SavedCopySource | None = None  # read from the saved copy: where and when it was saved
+
+    @classmethod
+    def of(cls, info: Mapping[str, Any]) -> "JobInfo":
+        """From the job info dict the Jobs API adapter (or a saved copy) gives; keys it does not know are left out."""
+        return cls(**{k: v for k, v in info.items() if k in cls.model_fields})
+
+
+class RunStatus(Result):
+    """status RUN: the run's job state (a Ray job's info, or a Polyaxon job's status), with its record's facts."""
+
+    run: str
+    submission_id: str
+    address: str
+    job_id: str | None = None
+    ray_job_id: str | None = None
+    status: str | None
+    polyaxon_status: str | None = None
+    polyaxon_uuid: str | None = None
+    message: str | None = None
+    entrypoint: str | None = None
+    metadata: dict[str, Any] | None = None
+    start_time: int | float | None = None
+    end_time: int | float | None = None
+    driver_exit_code: int | None = None
+    saved_copy: SavedCopySource | None = None
+    output_dir: str
+    recipe: str
+    mode: str
+
+    @classmethod
+    def of_job(cls, record: Mapping[str, Any], info: JobInfo) -> "RunStatus":
+        """A Ray job's status: the job info between the record's identity and its facts."""
+        job = info.model_dump(exclude_unset=True, exclude={"runtime_env", "submission_id"})
+        if info.saved_copy is not None:
+            job["saved_copy"] = info.saved_copy
+        return cls(run=record["run"], submission_id=record["submission_id"], address=record["address"], **job,
+                   output_dir=record["output_dir"], recipe=record["recipe"], mode=record["mode"])
+
+
+class Stopped(Result):
+    """stop RUN: whether a stop was asked (False: the job had already ended) and the state it ended in (None: not
+    waited for)."""
+
+    run: str
+    submission_id: str
+    stopped: bool
+    status: str | None
+
+
+class RunLogs(Result):
+    """logs RUN -o json: the whole logs and the job's state once they ended."""
+
+    run: str
+    status: str | None
+    logs: str | None
+
+
+class SavedJob(Result):
+    """A job saved from its head: the run, its state, where the copy is."""
+
+    run: str
+    status: str | None
+    dir: str
+
+
+class SavedLogs(Result):
+    """The driver logs of a saved copy, and where and when they were saved."""
+
+    logs: str
+    source: SavedCopySource
+
+
+class SavedRuns(Result):
+    """The runs of a cluster saved before it went away, and why the others were not."""
+
+    saved: list[str] = Field(default_factory=list)
+    not_saved: dict[str, str] = Field(default_factory=dict)
+
+
+# -- what submit returns ----------------------------------------------------------------------------------------
+
+class ExistingRunRef(Result):
+    submission_id: str | None
+    output_dir: str | None
+
+
+class DryRunView(Result):
+    """submit --dry-run: the prepared job in full (entrypoint and runtime env at the top level, as Ray gets them);
+    a server dry run adds the live verdict (``problems``) and ``topology``."""
+
+    dry_run: str
+    created: bool
+    run: str
+    kind: str
+    submission_id: str
+    address: str
+    entrypoint: str
+    runtime_env: dict[str, Any]
+    metadata: dict[str, str]
+    output_dir: str
+    record: dict[str, Any]
+    check_data: bool
+    resumed_from: str | None
+    warnings: list[str]
+    launcher_argv: list[str] | None = None
+    operation: dict[str, Any] | None = None
+    existing_run: ExistingRunRef | None = None
+    problems: list[str] = Field(default_factory=list)
+    topology: dict[str, Any] | None = None
+
+
+class ExistingJob(Result):
+    """submit of a run whose job the head still has: that job, not submitted again."""
+
+    run: str
+    submission_id: str
+    created: bool
+    address: str
+    status: str | None
+    record: str
+    output_dir: str
+    warnings: list[str] = Field(default_factory=list)
+
+
+class JobSubmitted(Result):
+    """submit: the Ray job submitted (``created``: False when a concurrent submit of the run had made it)."""
+
+    run: str
+    submission_id: str
+    created: bool
+    address: str
+    record: str
+    output_dir: str
+    entrypoint: str
+    status: str | None
+    miles_version: dict[str, Any] | None = None
+    miles_notice: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class LauncherJobCreated(Result):
+    """submit --mode launcher on Kubernetes: the launcher created as a Polyaxon job."""
+
+    run: str
+    polyaxon_uuid: str
+    created: bool
+    address: str
+    record: str
+    output_dir: str
+    submission_id: str
+    status: str
+    launcher_job: bool
+    warnings: list[str] = Field(default_factory=list)
+    notices: list[str] = Field(default_factory=list)
+
+
+class LauncherExec(Result):
+    """submit --mode launcher on a head reached from here: the upstream launcher is to replace this process
+    (its run record is written)."""
+
+    run: str
+    record: dict[str, Any]
+    address: str
+    launcher: bool
+    warnings: list[str] = Field(default_factory=list)
+
+
+class LauncherCommand(Result):
+    """How the upstream launcher is run here: its argv, the environment added to this one, its working dir."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str

@@ -2,7 +2,7 @@
 runtime env, submission id, metadata, run record, output dir (or, for ``--mode launcher``, the launcher command
 or its Polyaxon operation) -- before anything talks to a cluster. Pure: it receives what it needs (config,
 request, the resolved head address, the records it may reuse, the time) and returns data or raises a typed
-error; ``miles_ray.services.jobs.submit`` then does the I/O.
+error; ``miles_ray.services.runs.submit.submit`` then does the I/O.
 
 Two steps, so that bad input fails before any I/O (even before the head address is looked up):
 :func:`validate_request` (config and flags alone) and :func:`prepare_submit` (with the head address). The checks
@@ -32,7 +32,7 @@ from miles_ray.core.images import ImageRef, check_image
 from miles_ray.core.planner import Plan
 from miles_ray.core.prepare import require_feasible, resolve_plan
 from miles_ray.core.recipes import Recipe
-from miles_ray.core.runs import SCHEMA, ResumeTarget, RunRecord, resume_differences, resume_target, run_id_of
+from miles_ray.core.runs import RECORDED_ON_CREATION, SCHEMA, ResumeTarget, RunRecord, resume_differences, resume_target, run_id_of
 from miles_ray.core.secrets import HINT as SECRET_HINT
 from miles_ray.core.secrets import secret_name, secret_value
 
@@ -308,7 +308,7 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         split=plan.model_dump(mode="json", include=_RECORDED_SPLIT), output_dir=output_dir,
         resumed_from=resumed_from, entrypoint=entrypoint, checkpoint_dir=ckpt[0], load_dir=ckpt[1],
         checkpoint_dirs_from=ckpt_from, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig,
-    ).model_dump(by_alias=True)
+    ).model_dump(by_alias=True, exclude=set(RECORDED_ON_CREATION))
     metadata = {"miles_ray_run": run, "recipe": recipe.name, "recipe_hash": recipe.content_hash(),
                 "cluster": cfg.name, "mode": mode, "layout": plan.layout,
                 "image_digest": record["image_digest"] or "", "output_dir": output_dir}

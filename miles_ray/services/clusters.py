@@ -74,7 +74,7 @@ def save_runs_before_down(cfg: MilesRayConfig, backend: str) -> dict:
         head = k8s_address(cfg.namespace, rc)
         addresses = [head, service_url(cfg.namespace, rc)]
     return saved_runs.save_cluster_runs(saved_runs.records_on(addresses), head, kube_context=cfg.kube_context,
-                                        kubeconfig=cfg.kubeconfig)
+                                        kubeconfig=cfg.kubeconfig).to_json()
 
 
 def refuse_shrink_below_running_jobs(cfg: MilesRayConfig, nodes: int, status: dict) -> None:

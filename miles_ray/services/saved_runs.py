@@ -15,6 +15,7 @@ from miles_ray.adapters import ray_jobs, state
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.heads import parse_head
+from miles_ray.core.runs import JobInfo, SavedCopySource, SavedJob, SavedLogs, SavedRuns
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
@@ -26,7 +27,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def save_from_head(rec: dict[str, Any], url: str, reason: str, info: dict | None = None) -> dict[str, Any] | None:
+def save_from_head(rec: dict[str, Any], url: str, reason: str, info: dict | None = None) -> SavedJob | None:
     """Save the job info and driver logs of ``rec``'s job from the head at ``url``; None when the head has no such
     job. ``info``: the job info when the caller has just read it."""
     sid = rec["submission_id"]
@@ -38,7 +39,7 @@ def save_from_head(rec: dict[str, Any], url: str, reason: str, info: dict | None
     info.pop("runtime_env", None)
     info["submission_id"] = sid
     path = state.save_run_copy(rec["run"], info, logs, reason, _now())
-    return {"run": rec["run"], "status": info.get("status"), "dir": str(path)}
+    return SavedJob(run=rec["run"], status=info.get("status"), dir=str(path))
 
 
 def save_if_ended(rec: dict[str, Any], url: str, info: dict[str, Any]) -> None:
@@ -63,11 +64,11 @@ def _copy_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     return saved
 
 
-def _source(saved: dict[str, Any]) -> dict[str, Any]:
-    return {"dir": saved["dir"], "saved_at": saved.get("saved_at"), "reason": saved.get("reason")}
+def _source(saved: dict[str, Any]) -> SavedCopySource:
+    return SavedCopySource(dir=saved["dir"], saved_at=saved.get("saved_at"), reason=saved.get("reason"))
 
 
-def saved_status(rec: dict[str, Any]) -> dict[str, Any] | None:
+def saved_status(rec: dict[str, Any]) -> JobInfo | None:
     """The job info of the saved copy (``saved_copy`` says where and when it was saved), or None. A job that was
     still running when 'down' saved it ended with its cluster: it is reported STOPPED, saying so."""
     saved = _copy_of(rec)
@@ -78,14 +79,15 @@ def saved_status(rec: dict[str, Any]) -> dict[str, Any] | None:
         info["message"] = (f"the job was {info.get('status')} when its cluster went down (saved at "
                            f"{saved.get('saved_at')}); it ended with the cluster")
         info["status"] = "STOPPED"
-    info["saved_copy"] = _source(saved)
-    return info
+    job = JobInfo.of(info)
+    job.saved_copy = _source(saved)
+    return job
 
 
-def saved_logs(rec: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """(driver logs, where they were saved) of the saved copy, or None."""
+def saved_logs(rec: dict[str, Any]) -> SavedLogs | None:
+    """The driver logs of the saved copy and where they were saved, or None."""
     saved = _copy_of(rec)
-    return None if saved is None else (saved["logs"], _source(saved))
+    return None if saved is None else SavedLogs(logs=saved["logs"], source=_source(saved))
 
 
 def records_on(addresses: Iterable[str]) -> list[dict[str, Any]]:
@@ -105,11 +107,11 @@ def records_on(addresses: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def save_cluster_runs(records: list[dict[str, Any]], head_address: str, *, kube_context: str | None = None,
-                      kubeconfig: str | None = None, reason: str = "down") -> dict[str, Any]:
-    """Before a cluster goes away: save every given run's job from its head (``head_address``). Returns
-    ``{"saved": [run...], "not_saved": {run: why}}``; never raises for a head that cannot be reached (the
-    cluster is going down anyway: the caller reports what could not be saved)."""
-    out: dict[str, Any] = {"saved": [], "not_saved": {}}
+                      kubeconfig: str | None = None, reason: str = "down") -> SavedRuns:
+    """Before a cluster goes away: save every given run's job from its head (``head_address``). Returns the runs
+    saved and, for each other, why not; never raises for a head that cannot be reached (the cluster is going down
+    anyway: the caller reports what could not be saved)."""
+    out = SavedRuns(saved=[], not_saved={})
     if not records:
         return out
     try:
@@ -118,17 +120,17 @@ def save_cluster_runs(records: list[dict[str, Any]], head_address: str, *, kube_
                 try:
                     got = save_from_head(rec, url, reason)
                 except ClusterError as e:
-                    out["not_saved"][rec["run"]] = str(e).splitlines()[0]
+                    out.not_saved[rec["run"]] = str(e).splitlines()[0]
                     continue
                 if got is not None or _copy_of(rec) is not None:
-                    out["saved"].append(rec["run"])
+                    out.saved.append(rec["run"])
                 else:
-                    out["not_saved"][rec["run"]] = "the head has no job of this run"
+                    out.not_saved[rec["run"]] = "the head has no job of this run"
 
     except ClusterError as e:
         for rec in records:
             if _copy_of(rec) is None:
-                out["not_saved"][rec["run"]] = f"the head did not answer ({str(e).splitlines()[0]})"
+                out.not_saved[rec["run"]] = f"the head did not answer ({str(e).splitlines()[0]})"
             else:
-                out["saved"].append(rec["run"])  # saved earlier, when its job ended
+                out.saved.append(rec["run"])  # saved earlier, when its job ended
     return out

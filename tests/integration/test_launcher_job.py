@@ -19,7 +19,7 @@ def test_launcher_runs_as_a_polyaxon_job_against_the_head(polyaxon_server, monke
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
     from miles_ray.core.config import load_config
     from miles_ray.core.submission import SubmitRequest, SubmitTarget, prepare_submit, validate_request
-    from miles_ray.services.jobs import launcher_as_polyaxon_job
+    from miles_ray.services.runs.polyaxon_job import launcher_as_polyaxon_job
 
     monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
     api = PolyaxonApi(host=polyaxon_server.host)
@@ -30,7 +30,7 @@ def test_launcher_runs_as_a_polyaxon_job_against_the_head(polyaxon_server, monke
     job = prepare_submit(cfg, valid, SubmitTarget("kuberay", "k8s://ml/q4"), created="t", launchers_dir="/unused")
     assert job.kind == "launcher-polyaxon" and job.record["output_dir"] == "/mnt/miles/runs/l-1"
     result = launcher_as_polyaxon_job(cfg, job.with_head_ray_version(cfg, "2.60.0").record, job.operation)
-    run = api.wait_for_status("default", "miles-launch", result["polyaxon_uuid"], {"compiled", "queued"}, timeout=30)
+    run = api.wait_for_status("default", "miles-launch", result.polyaxon_uuid, {"compiled", "queued"}, timeout=30)
     content = run["raw_content"]
     content = json.loads(content) if isinstance(content, str) else content
     c = content["component"]["run"]["container"]
@@ -45,4 +45,4 @@ def test_launcher_runs_as_a_polyaxon_job_against_the_head(polyaxon_server, monke
     assert env["RAY_AUTH_MODE"] == "token" and "value" not in token
     assert token["valueFrom"] == {"secretKeyRef": {"name": "q4", "key": "auth_token"}}
     assert "nvidia.com/gpu" not in json.dumps(c["resources"])  # the launcher only submits
-    assert state.load_record("l-1")["polyaxon_run_uuid"] == result["polyaxon_uuid"]
+    assert state.load_record("l-1")["polyaxon_run_uuid"] == result.polyaxon_uuid

@@ -1,0 +1,117 @@
+"""The runs submitted from this machine and the jobs that run them, behind one seam.
+
+A run's job is served by one backend (:class:`RunBackend`): a Ray job on its head (:mod:`.ray_job`), or, for
+``submit --mode launcher`` on a Kubernetes head, a Polyaxon job (:mod:`.polyaxon_job`). :func:`backend_for` is
+the one place that decides which, from the run record; status, logs, stop and the run list ask it and never
+look at the kind of job themselves. Submitting is :mod:`.submit`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Protocol
+
+from miles_ray.adapters import state
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.errors import ConfigError
+from miles_ray.core.heads import parse_head
+from miles_ray.core.runs import RunStatus, SavedCopySource, Stopped
+from miles_ray.core.results import Result
+from miles_ray.core.submission import SubmitJob
+from miles_ray.services.runs.polyaxon_job import PolyaxonJob
+from miles_ray.services.runs.ray_job import RayJob
+
+__all__ = ["RunBackend", "backend_for", "list_runs", "live_status", "pick_run", "run_logs", "run_namespace",
+           "run_status", "run_stop"]
+
+
+class RunBackend(Protocol):
+    """What serves a run's job: submits it, says its state, streams its logs, stops it."""
+
+    def submit(self, job: SubmitJob) -> Result:
+        """Create the job of a prepared run (and its run record)."""
+
+    def state(self) -> RunStatus:
+        """The job's state and facts (status RUN)."""
+
+    def live_state(self) -> str:
+        """The job's state in one word, never failing (``UNREACHABLE``, ``UNKNOWN``): the run list."""
+
+    def logs(self, follow: bool, on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
+        """The job's logs, in chunks as they come (followed until the job ends)."""
+
+    def stop(self, wait_timeout: float | None = 60) -> Stopped:
+        """Stop the job (waiting up to ``wait_timeout`` seconds for it to end, where the backend can)."""
+
+
+def _is_polyaxon_job(record: dict[str, Any]) -> bool:
+    """--mode launcher on a Kubernetes head runs as a Polyaxon job (see ``prepare_submit``): the launcher of a
+    record whose head lives in a Kubernetes namespace; a launcher on any other head runs here, as a Ray job."""
+    return record.get("mode") == "launcher" and parse_head(record["address"]).namespace is not None
+
+
+def backend_for(record: dict[str, Any], *, kube_context: str | None = None, kubeconfig: str | None = None,
+                url: str | None = None, cfg: MilesRayConfig | None = None) -> RunBackend:
+    """THE dispatch: the backend serving the job of ``record``. ``kube_context``/``kubeconfig``: how to reach a
+    Ray head on Kubernetes (over what the record kept); ``url``: the Ray head already open; ``cfg``: the
+    configuration a run is being submitted with."""
+    if _is_polyaxon_job(record):
+        return PolyaxonJob(record, cfg)
+    return RayJob(record, kube_context=kube_context, kubeconfig=kubeconfig, url=url)
+
+
+def live_status(record: dict[str, Any], kube_context: str | None = None, kubeconfig: str | None = None) -> str:
+    """The run's job state, ``UNREACHABLE`` when its head does not answer, ``UNKNOWN`` when it has no such job."""
+    return backend_for(record, kube_context=kube_context, kubeconfig=kubeconfig).live_state()
+
+
+def run_status(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None) -> RunStatus:
+    """The run's job info (from its head, Polyaxon, or the saved copy once the head is gone)."""
+    return backend_for(state.load_record(run), kube_context=kube_context, kubeconfig=kubeconfig).state()
+
+
+def run_logs(run: str, follow: bool, *, kube_context: str | None = None, kubeconfig: str | None = None,
+             on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
+    """The job's logs (followed until it ends); ``on_saved_copy`` is called when they come from the saved copy."""
+    backend = backend_for(state.load_record(run), kube_context=kube_context, kubeconfig=kubeconfig)
+    return backend.logs(follow, on_saved_copy)
+
+
+def run_stop(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None,
+             wait_timeout: float | None = 60) -> Stopped:
+    """Stop the run's job; unless ``wait_timeout`` is None wait until it has ended (a Ray job)."""
+    return backend_for(state.load_record(run), kube_context=kube_context, kubeconfig=kubeconfig).stop(wait_timeout)
+
+
+def run_namespace(record: dict[str, Any]) -> str | None:
+    """The Kubernetes namespace of a run's cluster (``k8s://NAMESPACE/NAME`` addresses), else None."""
+    address = record.get("address", "")
+    return address[len("k8s://"):].partition("/")[0] if address.startswith("k8s://") else None
+
+
+def pick_run(run: str | None, namespace: str | None = None) -> str:
+    """RUN as given (checked against --namespace), or the latest run (the latest in --namespace)."""
+    if run:
+        if namespace is not None:
+            have = run_namespace(state.load_record(run))
+            if have != namespace:
+                raise ConfigError(f"run {run!r} is not on a cluster in namespace {namespace!r} "
+                                  f"({'namespace ' + repr(have) if have else 'not a Kubernetes run'})",
+                                  hint="drop --namespace, or name a run of that namespace ('miles-ray runs')")
+        return run
+    recs = state.list_records()
+    if namespace is not None:
+        recs = [r for r in recs if run_namespace(r) == namespace]
+    if not recs:
+        where = f" on a cluster in namespace {namespace!r}" if namespace is not None else ""
+        raise ConfigError(f"no runs yet{where}", hint="submit one with 'miles-ray submit'")
+    return recs[-1]["run"]
+
+
+def list_runs(*, namespace: str | None = None, live: bool = True, kube_context: str | None = None,
+              kubeconfig: str | None = None) -> list[dict[str, Any]]:
+    """The run records (those on clusters in ``namespace``), each with its job's live ``status`` if ``live``."""
+    records = [r for r in state.list_records() if namespace is None or run_namespace(r) == namespace]
+    if live:
+        for r in records:
+            r["status"] = live_status(r, kube_context=kube_context, kubeconfig=kubeconfig)
+    return records
