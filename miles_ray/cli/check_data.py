@@ -13,7 +13,7 @@ from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt,
 from miles_ray.core.config import load_config
 from miles_ray.core.probes import check_data_bound
 from miles_ray.core.recipes import get_recipe
-from miles_ray.services.datacheck import check_data_at, resume_of
+from miles_ray.services.check_data import check_data_at, resume_of
 
 AddressOpt = Annotated[Optional[str], typer.Option("--address", help="the Ray head: dashboard / Jobs API URL, k8s://NAMESPACE/RAYCLUSTER (a port-forward) or local://NAME (default: $RAY_ADDRESS, ray_address, or the cluster made by 'up')", show_default=False)]
 ResumeOpt = Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR to resume: also require latest_checkpointed_iteration.txt in the checkpoint dir it saved to (its recorded --save)", show_default=False)]

@@ -10,7 +10,7 @@ from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt,
                                   Output, OutputOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.config import load_config
 from miles_ray.core.probes import comm_check_bound
-from miles_ray.services.commcheck import comm_check
+from miles_ray.services.comm_check import comm_check
 
 
 def _rate(v) -> str:

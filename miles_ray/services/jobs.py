@@ -24,10 +24,10 @@ from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, NotFou
 from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, check_topology, parse_env,
                                        prepare_submit, validate_request)
 from miles_ray.services import saved_runs
-from miles_ray.services.datacheck import check_data as run_data_check
+from miles_ray.services.check_data import check_data as run_data_check
 from miles_ray.core.heads import parse_head
 from miles_ray.services.heads import recorded_head_auth, resolve_address
-from miles_ray.services.milesversion import check_image_miles
+from miles_ray.services.miles_version import check_image_miles
 from miles_ray.services.probes import launchers_dir, payload_python
 from miles_ray.core.progress import Progress
 

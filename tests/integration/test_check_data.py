@@ -159,7 +159,7 @@ def test_resume_looks_where_the_run_saved(env, cli, mount):
 def test_service_callable_from_submit(env, mount):
     from miles_ray.core.config import load_config
     from miles_ray.core.recipes import get_recipe
-    from miles_ray.services.datacheck import check_data
+    from miles_ray.services.check_data import check_data
 
     prepare(mount, eval_data=False)
     cfg = load_config({"mount_path": str(mount)}, environ={})

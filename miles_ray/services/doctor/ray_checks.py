@@ -14,9 +14,9 @@ from miles_ray.core.errors import ClusterError
 from miles_ray.core.probes import TRACKER_CHECK, missing_line
 from miles_ray.core.recipes import get_recipe
 from miles_ray.core.runs import ResumeTarget, run_checkpoints
-from miles_ray.services.datacheck import check_data
+from miles_ray.services.check_data import check_data
 from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, finding
-from miles_ray.services.milesversion import read_image_commit
+from miles_ray.services.miles_version import read_image_commit
 from miles_ray.services.probes import payload_python
 from miles_ray.core.progress import Progress
 
