@@ -17,10 +17,30 @@ from miles_ray.core.entrypoint import checkpoint_dirs, filled_train_args
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.probes import check_data_probe, check_data_report
 from miles_ray.core.recipes import Recipe
+from miles_ray.core.results import Result
 from miles_ray.core.runs import ResumeTarget, resume_target, run_id_of
 from miles_ray.services.heads import resolve_address
 from miles_ray.services.probes import payload_python, probe_token, run_probe
 from miles_ray.core.progress import Progress
+
+
+class CheckDataReport(Result):
+    """check-data's report: the head (``address``) and the probe job (``job``) that checked, every node's checks
+    with their evidence and ``missing`` problems (``nodes``, the payload's per-node answer), every problem as one
+    line (``missing``), the same-storage check, and for a resume the output dir and the checkpoint dir whose
+    tracker was checked."""
+
+    address: str
+    job: str
+    recipe: str
+    mount_path: str
+    resume_output_dir: str | None
+    resume_checkpoint_dir: str | None
+    ok: bool
+    missing: list[str]
+    nodes: list[dict[str, Any]]
+    same_storage: dict[str, Any]
+    seconds: float | None
 
 
 def resume_of(cfg: MilesRayConfig, recipe: Recipe, resume_from: str | None) -> ResumeTarget | None:
@@ -46,20 +66,18 @@ def resume_of(cfg: MilesRayConfig, recipe: Recipe, resume_from: str | None) -> R
 
 
 def check_data(cfg: MilesRayConfig, url: str, recipe: Recipe, resume: ResumeTarget | None = None, *,
-               timeout: float = 60, python: str = "python3", progress: Progress = None) -> dict[str, Any]:
-    """Run the preflight probe on the head at ``url`` (an http URL). Returns the report: ``ok``, ``nodes`` (per
-    node: checks with evidence, ``missing``), ``missing`` (every problem, one line each, per node),
-    ``same_storage``, ``job``. A typed error when the job cannot run, times out (it is stopped) or gives no
+               timeout: float = 60, python: str = "python3", progress: Progress = None) -> CheckDataReport:
+    """Run the preflight probe on the head at ``url`` (an http URL) and return its report. A typed error when the job cannot run, times out (it is stopped) or gives no
     result."""
     probe = check_data_probe(cfg, recipe, resume, timeout, probe_token())
     if progress:
         progress(f"checking {cfg.mount_path} on every node of {url} (job {probe.submission_id})")
     ran = run_probe(url, probe, python)
-    return {"address": url, "job": ran["job"], **check_data_report(ran["result"], cfg, recipe, resume)}
+    return CheckDataReport(address=url, job=ran.job, **check_data_report(ran.result, cfg, recipe, resume))
 
 
 def check_data_at(cfg: MilesRayConfig, recipe: Recipe, *, address: str | None, backend: str,
-                  resume: ResumeTarget | None, timeout: float, progress: Progress = None) -> dict[str, Any]:
+                  resume: ResumeTarget | None, timeout: float, progress: Progress = None) -> CheckDataReport:
     """``miles-ray check-data``: resolve the head (``--address`` -- a URL, ``k8s://NS/NAME`` or ``local://NAME`` --
     or the cluster made by up), reach it (a port-forward for a Kubernetes head) and run the preflight there
     (``resume``: :func:`resume_of` the --resume-from given)."""
@@ -67,4 +85,4 @@ def check_data_at(cfg: MilesRayConfig, recipe: Recipe, *, address: str | None, b
     with open_head(head, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
         report = check_data(cfg, url, recipe, resume, timeout=timeout, python=payload_python(head),
                             progress=progress)
-    return {**report, "address": head}
+    return report.model_copy(update={"address": head})

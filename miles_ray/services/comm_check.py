@@ -11,15 +11,35 @@ from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError
 from miles_ray.core.probes import comm_check_probe
+from miles_ray.core.progress import Progress
+from miles_ray.core.results import Result
 from miles_ray.services.heads import resolve_address
 from miles_ray.services.probes import payload_python, probe_token, run_probe
-from miles_ray.core.progress import Progress
+
+
+class CommCheckReport(Result):
+    """The all-reduce's report (the payload's answer, its keys in its order, then where it ran): the collective
+    ``backend`` (once the actors started), every problem (``errors``), the GPU nodes found, the slowest node's
+    ring rate, per node its interface, result and rate (``nodes``, the payload's per-node answer), ``ok``; the
+    head, the probe job and its final status."""
+
+    backend: str | None = None
+    errors: list[str]
+    gpu_nodes: int
+    min_bytes_per_s: float | None = None
+    nodes: list[dict[str, Any]]
+    ok: bool
+    seconds_start: float | None = None
+    seconds_total: float | None = None
+    size_bytes: int
+    address: str
+    job_id: str
+    job_status: str
 
 
 def comm_check(cfg: MilesRayConfig, *, address: str | None, backend: str, size_mb: float, timeout: float,
-               progress: Progress = None) -> dict[str, Any]:
-    """Submit the check, wait for it (bounded; stopped on timeout), return its report (``ok``, ``backend``,
-    ``nodes`` ...)."""
+               progress: Progress = None) -> CommCheckReport:
+    """Submit the check, wait for it (bounded; stopped on timeout), return its report."""
     probe = comm_check_probe(cfg, size_mb, timeout, probe_token())  # bad input fails before any I/O
     _, head = resolve_address(cfg, address, backend)
     with open_head(head, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
@@ -30,4 +50,4 @@ def comm_check(cfg: MilesRayConfig, *, address: str | None, backend: str, size_m
         if progress:
             progress(f"submitting the comm check to {head} ({len(gpu_nodes)} GPU nodes, {size_mb:g} MiB)")
         ran = run_probe(url, probe, payload_python(head))
-    return {**ran["result"], "address": head, "job_id": ran["job"], "job_status": ran["status"]}
+    return CommCheckReport(**ran.result, address=head, job_id=ran.job, job_status=ran.status)

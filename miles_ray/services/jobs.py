@@ -200,8 +200,8 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
     if job.check_data:
         report = run_data_check(cfg, url, job.recipe, job.resume, python=payload_python(job.address),
                                 progress=progress)
-        if not report.get("ok"):
-            missing = report.get("missing") or []
+        if not report.ok:
+            missing = report.missing
             raise ClusterError(f"data preflight failed on the cluster ({len(missing)} problem(s)): "
                                + "; ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""),
                                hint="'miles-ray check-data' lists every missing path per node")
