@@ -164,7 +164,7 @@ def test_service_callable_from_submit(env, mount):
     prepare(mount, eval_data=False)
     cfg = load_config({"mount_path": str(mount)}, environ={})
     rep = check_data(cfg, env.address, get_recipe("Qwen3-4B"), timeout=60)
-    assert rep["ok"] is False and len(rep["missing"]) == 5 and rep["job"].startswith("miles-ray-check-data-")
+    assert rep.ok is False and len(rep.missing) == 5 and rep.job.startswith("miles-ray-check-data-")
 
 
 def test_unreachable_head_is_one_error_line(env, cli, mount):
