@@ -10,8 +10,7 @@ from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt,
                                   OutputOpt, RecipeFileOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.config import load_config
 from miles_ray.core.probes import check_data_bound
-from miles_ray.services.doctor import doctor
-from miles_ray.services.doctor.findings import DoctorReport
+from miles_ray.services.doctor import DoctorReport, doctor
 
 MARK = {"problem": "[red]✗[/]", "warning": "[yellow]![/]", "ok": "[green]✓[/]", "skipped": "[dim]-[/]"}
 

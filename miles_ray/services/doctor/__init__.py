@@ -11,7 +11,8 @@ Checklist items:
 
 Kubernetes (KubeRay or Polyaxon-created RayClusters): everything (the Ray side through a port-forward to the
 head, when it answers). Local backend and plain --address: the Ray-side subset (nodes alive, Ray version, data,
-resume). One module per part: :mod:`.findings`, :mod:`.kube_checks`, :mod:`.ray_checks`.
+resume). The backend's own checks are chosen from :data:`SIDES`, keyed by the backend kind. One module per part:
+:mod:`.findings`, :mod:`.kube_checks`, :mod:`.ray_checks`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
 from miles_ray.services.doctor.ray_checks import (check_local_nodes, check_ray_version, data_findings, miles_findings,
                                                  resume_findings)
 from miles_ray.services.heads import dashboard_address, pick_backend
+
+__all__ = ["DoctorReport", "Finding", "doctor"]
 
 RECORD_BACKENDS = {"local": "local", "kuberay": "kubernetes", "polyaxon": "kubernetes"}
 
