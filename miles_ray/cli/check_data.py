@@ -22,9 +22,9 @@ def report_table(rep: CheckDataReport) -> None:
     t = Table("node", "role", "mount", "same storage", "problems", title=f"check-data {rep.recipe} on {rep.address}",
               title_justify="left")
     for n in rep.nodes:
-        mount = ("mount point" if n.get("mount_is_mountpoint") else "directory") if n.get("mount_exists") else "missing"
-        same = {True: "yes", False: "NO"}.get(n.get("same_storage"), "-")
-        t.add_row(n["node_ip"] or "?", n["role"], mount, same, str(len(n.get("missing", []))) or "0")
+        mount = ("mount point" if n.mount_is_mountpoint else "directory") if n.mount_exists else "missing"
+        same = {True: "yes", False: "NO"}.get(n.same_storage, "-")
+        t.add_row(n.node_ip or "?", n.role, mount, same, str(len(n.missing)) or "0")
     out.print(t)
     for line in rep.missing:
         out.print(f"[red]✗[/] {line}")

@@ -51,14 +51,14 @@ def comm_check_cmd(
 
         t = Table("node", "id", "interface", "result", "ring bytes/s", "reason")
         for n in result.nodes:
-            t.add_row(n.get("ip") or "?", (n.get("node_id") or "?")[:12],
-                      f"{n.get('interface') or '?'} ({n.get('address') or '-'})" if n.get("interface") else "?",
-                      "[green]PASS[/]" if n.get("ok") else f"[red]FAIL[/] ({n.get('status')})",
-                      _rate(n.get("bytes_per_s")), n.get("error") or n.get("note") or "")
+            t.add_row(n.ip or "?", (n.node_id or "?")[:12],
+                      f"{n.interface or '?'} ({n.address or '-'})" if n.interface else "?",
+                      "[green]PASS[/]" if n.ok else f"[red]FAIL[/] ({n.status})",
+                      _rate(n.bytes_per_s), n.error or n.note or "")
         out.print(t)
         size = result.size_bytes / 2**20
         out.print(f"backend {result.backend or '?'}, {size:g} MiB all-reduce over "
-                  f"{sum(1 for n in result.nodes if n.get('rank') is not None)} of "
+                  f"{sum(1 for n in result.nodes if n.rank is not None)} of "
                   f"{result.gpu_nodes} GPU node(s); slowest node {_rate(result.min_bytes_per_s)}")
         for e in result.errors:
             out.print(f"[red]{e}[/]")

@@ -8,7 +8,6 @@ It returns a report; it raises only when the check itself could not run.
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any
 
 from miles_ray.adapters import state
 from miles_ray.adapters.ray_head import open_head
@@ -24,9 +23,55 @@ from miles_ray.services.probes import payload_python, probe_token, run_probe
 from miles_ray.core.progress import Progress
 
 
+class PathCheck(Result):
+    """One path checked on one node (the payload's keys, in its order): ``what`` it is for, whether it is usable
+    (``ok``; else ``problem``), and the evidence: a mount point, the tracker's iteration, a note."""
+
+    iteration: str | None = None
+    mountpoint: bool | None = None
+    note: str | None = None
+    ok: bool
+    path: str
+    problem: str | None = None
+    what: str
+
+
+class MissingPath(Result):
+    path: str
+    problem: str
+    what: str
+
+
+class NodeReport(Result):
+    """What one node (the head or a GPU worker) sees: every check, every problem (``missing``), the mount, and
+    whether it sees what the reference node wrote (``same_storage``). A node whose probe did not answer has only
+    that problem."""
+
+    checks: list[PathCheck]
+    gpus: int | float
+    hostname: str | None = None
+    missing: list[MissingPath]
+    mount_device: str | None = None
+    mount_exists: bool | None = None
+    mount_is_mountpoint: bool | None = None
+    node_id: str
+    node_ip: str | None
+    role: str
+    same_storage: bool | None = None
+    writable_dir: str | None = None
+
+
+class SameStorage(Result):
+    """The same-storage check: the reference node that wrote a token and where (``problem``: why not done)."""
+
+    directory: str | None
+    problem: str | None = None
+    reference: str | None
+
+
 class CheckDataReport(Result):
     """check-data's report: the head (``address``) and the probe job (``job``) that checked, every node's checks
-    with their evidence and ``missing`` problems (``nodes``, the payload's per-node answer), every problem as one
+    with their evidence and ``missing`` problems (``nodes``), every problem as one
     line (``missing``), the same-storage check, and for a resume the output dir and the checkpoint dir whose
     tracker was checked."""
 
@@ -38,8 +83,8 @@ class CheckDataReport(Result):
     resume_checkpoint_dir: str | None
     ok: bool
     missing: list[str]
-    nodes: list[dict[str, Any]]
-    same_storage: dict[str, Any]
+    nodes: list[NodeReport]
+    same_storage: SameStorage
     seconds: float | None
 
 

@@ -4,8 +4,6 @@ cluster's head, reached like every other head (a URL, ``k8s://NAMESPACE/RAYCLUST
 
 from __future__ import annotations
 
-from typing import Any
-
 from miles_ray.adapters import ray_jobs
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
@@ -17,17 +15,40 @@ from miles_ray.services.heads import resolve_address
 from miles_ray.services.probes import payload_python, probe_token, run_probe
 
 
+class CommNode(Result):
+    """One GPU node in the all-reduce (the payload's answer for it, its keys in its order): where it is (``ip``,
+    ``node_id``, its placement ``bundle``, the network ``interface`` owning the IP, its ``address`` and how it was
+    found, ``via``), its ``rank`` in the ring, the result (``ok``, ``status``, ``error``, ``note``) and the ring's
+    bytes and rate. A node the check could not place or start has only what is known of it."""
+
+    address: str | None = None
+    bundle: int | None = None
+    bytes_per_s: float | None = None
+    bytes_sent: int | None = None
+    error: str | None = None
+    gpu_ids: list[str] | None = None
+    interface: str | None = None
+    ip: str | None = None
+    node_id: str | None = None
+    note: str | None = None
+    ok: bool | None = None
+    rank: int | None = None
+    seconds: float | None = None
+    status: str | None = None
+    via: str | None = None
+
+
 class CommCheckReport(Result):
     """The all-reduce's report (the payload's answer, its keys in its order, then where it ran): the collective
     ``backend`` (once the actors started), every problem (``errors``), the GPU nodes found, the slowest node's
-    ring rate, per node its interface, result and rate (``nodes``, the payload's per-node answer), ``ok``; the
+    ring rate, per node its interface, result and rate (``nodes``), ``ok``; the
     head, the probe job and its final status."""
 
     backend: str | None = None
     errors: list[str]
     gpu_nodes: int
     min_bytes_per_s: float | None = None
-    nodes: list[dict[str, Any]]
+    nodes: list[CommNode]
     ok: bool
     seconds_start: float | None = None
     seconds_total: float | None = None

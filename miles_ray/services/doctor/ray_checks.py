@@ -106,8 +106,8 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
     except ClusterError as e:
         return [finding("data", "data", SKIPPED, f"the data checks could not run: {e}", [],
                         "check the head with 'miles-ray status'")]
-    tracker = [missing_line(n, m) for n in rep.nodes for m in n.get("missing", []) if m["what"] == TRACKER_CHECK]
-    data = [missing_line(n, m) for n in rep.nodes for m in n.get("missing", []) if m["what"] != TRACKER_CHECK]
+    tracker = [missing_line(n.to_json(), m.to_json()) for n in rep.nodes for m in n.missing if m.what == TRACKER_CHECK]
+    data = [missing_line(n.to_json(), m.to_json()) for n in rep.nodes for m in n.missing if m.what != TRACKER_CHECK]
     if not rep.nodes:
         data.append("no alive head or GPU worker node answered")
     findings = []
@@ -127,8 +127,7 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
                                     "scratch", tracker, "point --resume-from at the run that saved the "
                                                         "checkpoints, or wait for its first save (its --save-interval)"))
         else:
-            its = sorted({c.get("iteration") for n in rep.nodes for c in n.get("checks", [])
-                          if c["what"] == TRACKER_CHECK and c.get("iteration")})
+            its = sorted({c.iteration for n in rep.nodes for c in n.checks if c.what == TRACKER_CHECK and c.iteration})
             findings.append(finding("resume_tracker", "resume", OK, f"checkpoint tracker present (iteration "
                                     f"{', '.join(its) or '?'})", [resume.checkpoint_dir]))
     return findings
