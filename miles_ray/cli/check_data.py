@@ -7,40 +7,36 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, RecipeFileOpt, RecipeOpt, checks_failed, config_flags, emit, out,
+from miles_ray.cli.common import (ConfigOpt, Output, OutputOpt, RecipeFileOpt, RecipeOpt, checks_failed, emit, out,
                                   progress_display)
-from miles_ray.core.config import load_config
+from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.probes import check_data_bound
 from miles_ray.core.recipes import get_recipe
-from miles_ray.services.datacheck import check_data_at, resume_of
+from miles_ray.services.check_data import CheckDataReport, check_data_at, resume_of
 
 AddressOpt = Annotated[Optional[str], typer.Option("--address", help="the Ray head: dashboard / Jobs API URL, k8s://NAMESPACE/RAYCLUSTER (a port-forward) or local://NAME (default: $RAY_ADDRESS, ray_address, or the cluster made by 'up')", show_default=False)]
 ResumeOpt = Annotated[Optional[str], typer.Option("--resume-from", help="RUN or output DIR to resume: also require latest_checkpointed_iteration.txt in the checkpoint dir it saved to (its recorded --save)", show_default=False)]
 
 
-def report_table(rep: dict) -> None:
-    t = Table("node", "role", "mount", "same storage", "problems", title=f"check-data {rep['recipe']} on {rep['address']}",
+def report_table(rep: CheckDataReport) -> None:
+    t = Table("node", "role", "mount", "same storage", "problems", title=f"check-data {rep.recipe} on {rep.address}",
               title_justify="left")
-    for n in rep["nodes"]:
-        mount = ("mount point" if n.get("mount_is_mountpoint") else "directory") if n.get("mount_exists") else "missing"
-        same = {True: "yes", False: "NO"}.get(n.get("same_storage"), "-")
-        t.add_row(n["node_ip"] or "?", n["role"], mount, same, str(len(n.get("missing", []))) or "0")
+    for n in rep.nodes:
+        mount = ("mount point" if n.mount_is_mountpoint else "directory") if n.mount_exists else "missing"
+        same = {True: "yes", False: "NO"}.get(n.same_storage, "-")
+        t.add_row(n.node_ip or "?", n.role, mount, same, str(len(n.missing)) or "0")
     out.print(t)
-    for line in rep["missing"]:
+    for line in rep.missing:
         out.print(f"[red]✗[/] {line}")
-    if rep["ok"]:
-        out.print(f"[green]✓[/] every node sees the model, data and output storage under {rep['mount_path']}"
-                  + (f" and the checkpoint tracker in {rep['resume_checkpoint_dir']}" if rep.get("resume_checkpoint_dir") else ""))
+    if rep.ok:
+        out.print(f"[green]✓[/] every node sees the model, data and output storage under {rep.mount_path}"
+                  + (f" and the checkpoint tracker in {rep.resume_checkpoint_dir}" if rep.resume_checkpoint_dir else ""))
 
 
+@cluster_options
 def check_data_cmd(
     address: AddressOpt = None,
-    backend: BackendOption = Backend.auto,
-    name: NameOpt = None,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    cluster: ClusterFlags = ClusterFlags(),
     recipe: RecipeOpt = None,
     recipe_file: RecipeFileOpt = None,
     resume_from: ResumeOpt = None,
@@ -61,13 +57,12 @@ def check_data_cmd(
 
       miles-ray check-data --address http://127.0.0.1:8265 --recipe Qwen3-4B --resume-from q4-a
     """
-    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
-                                   recipe=recipe, recipe_file=recipe_file), config)
+    cfg = cluster.config(config, recipe=recipe, recipe_file=recipe_file)
     rec = get_recipe(cfg.recipe, cfg.recipe_file)
     resume = resume_of(cfg, rec, resume_from)  # bad input before anything is looked up
     with progress_display("checking data", timeout=check_data_bound(timeout)) as p:
-        rep = check_data_at(cfg, rec, address=address, backend=backend.value, resume=resume,
+        rep = check_data_at(cfg, rec, address=address, backend=cluster.backend.value, resume=resume,
                             timeout=timeout, progress=p)
     emit(rep, output, lambda: report_table(rep))
-    if not rep["ok"]:
-        checks_failed("check-data", max(1, len(rep["missing"])))
+    if not rep.ok:
+        checks_failed("check-data", max(1, len(rep.missing)))

@@ -6,11 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, checks_failed, config_flags, emit, out, progress_display)
-from miles_ray.core.config import load_config
+from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, checks_failed, emit, out, progress_display
+from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.probes import comm_check_bound
-from miles_ray.services.commcheck import comm_check
+from miles_ray.services.comm_check import comm_check
 
 
 def _rate(v) -> str:
@@ -19,13 +18,10 @@ def _rate(v) -> str:
     return f"{v / 1e9:.2f} GB/s" if v >= 1e9 else f"{v / 1e6:.1f} MB/s"
 
 
+@cluster_options
 def comm_check_cmd(
     address: Annotated[Optional[str], typer.Option("--address", help="the Ray head: dashboard / Jobs API URL, k8s://NAMESPACE/RAYCLUSTER (a port-forward) or local://NAME [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
-    name: NameOpt = None,
-    backend: BackendOption = Backend.auto,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    cluster: ClusterFlags = ClusterFlags(),
     size_mb: Annotated[float, typer.Option("--size-mb", help="all-reduce payload per node, MiB")] = 16.0,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="bound on placement, actor start and the ring, seconds each")] = 60.0,
     config: ConfigOpt = None,
@@ -45,30 +41,29 @@ def comm_check_cmd(
 
       miles-ray comm-check --address http://HEAD:8265 --size-mb 256 -o json
     """
-    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig),
-                      config)
+    cfg = cluster.config(config)
     with progress_display("comm check", timeout=comm_check_bound(timeout)) as p:
-        result = comm_check(cfg, address=address, backend=backend.value, size_mb=size_mb, timeout=timeout,
+        result = comm_check(cfg, address=address, backend=cluster.backend.value, size_mb=size_mb, timeout=timeout,
                             progress=p)
 
     def table() -> None:
         from rich.table import Table
 
         t = Table("node", "id", "interface", "result", "ring bytes/s", "reason")
-        for n in result.get("nodes", []):
-            t.add_row(n.get("ip") or "?", (n.get("node_id") or "?")[:12],
-                      f"{n.get('interface') or '?'} ({n.get('address') or '-'})" if n.get("interface") else "?",
-                      "[green]PASS[/]" if n.get("ok") else f"[red]FAIL[/] ({n.get('status')})",
-                      _rate(n.get("bytes_per_s")), n.get("error") or n.get("note") or "")
+        for n in result.nodes:
+            t.add_row(n.ip or "?", (n.node_id or "?")[:12],
+                      f"{n.interface or '?'} ({n.address or '-'})" if n.interface else "?",
+                      "[green]PASS[/]" if n.ok else f"[red]FAIL[/] ({n.status})",
+                      _rate(n.bytes_per_s), n.error or n.note or "")
         out.print(t)
-        size = result.get("size_bytes", 0) / 2**20
-        out.print(f"backend {result.get('backend', '?')}, {size:g} MiB all-reduce over "
-                  f"{sum(1 for n in result.get('nodes', []) if n.get('rank') is not None)} of "
-                  f"{result.get('gpu_nodes', '?')} GPU node(s); slowest node {_rate(result.get('min_bytes_per_s'))}")
-        for e in result.get("errors", []):
+        size = result.size_bytes / 2**20
+        out.print(f"backend {result.backend or '?'}, {size:g} MiB all-reduce over "
+                  f"{sum(1 for n in result.nodes if n.rank is not None)} of "
+                  f"{result.gpu_nodes} GPU node(s); slowest node {_rate(result.min_bytes_per_s)}")
+        for e in result.errors:
             out.print(f"[red]{e}[/]")
-        out.print("[green]comm check passed[/]" if result.get("ok") else "[red]comm check FAILED[/]")
+        out.print("[green]comm check passed[/]" if result.ok else "[red]comm check FAILED[/]")
 
     emit(result, output, table)
-    if not result.get("ok"):
-        checks_failed("comm-check", max(1, len(result.get("errors", []))))
+    if not result.ok:
+        checks_failed("comm-check", max(1, len(result.errors)))

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from miles_ray.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, emit, out
+from miles_ray.cli.common import Output, OutputOpt, emit, out
+from miles_ray.cli.options import RunFlags, run_options
 from miles_ray.services.runs import pick_run
 from miles_ray.services.compare import compare
 
@@ -20,12 +21,11 @@ def _fmt(v) -> str:
     return s if len(s) <= 72 else s[:69] + "..."
 
 
+@run_options
 def compare_cmd(
     run_a: Annotated[str, typer.Argument(help="first run", show_default=False)],
     run_b: Annotated[str, typer.Argument(help="second run", show_default=False)],
-    namespace: RunNamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    target: RunFlags = RunFlags(),
     output: OutputOpt = Output.table,
 ) -> None:
     """Compare two runs: recipe and its hash, split, image digest, Miles commit, model/dataset revisions,
@@ -38,35 +38,35 @@ def compare_cmd(
     """
     from rich.table import Table
 
-    result = compare(pick_run(run_a, namespace), pick_run(run_b, namespace), kube_context=context,
-                     kubeconfig=kubeconfig)
+    result = compare(pick_run(run_a, target.namespace), pick_run(run_b, target.namespace),
+                     kube_context=target.context, kubeconfig=target.kubeconfig)
 
     def table() -> None:
-        a, b = result["a"], result["b"]
+        a, b = result.a, result.b
         t = Table("", a, b, "", title="runs", title_justify="left")
-        for row in result["provenance"] + result["split"]:
-            if row["a"] is None and row["b"] is None:
+        for row in result.provenance + result.split:
+            if row.a is None and row.b is None:
                 continue
-            t.add_row(row["field"], _fmt(row["a"]), _fmt(row["b"]), "" if row["same"] else "[yellow]differs[/]")
+            t.add_row(row.field, _fmt(row.a), _fmt(row.b), "" if row.same else "[yellow]differs[/]")
         out.print(t)
-        ev = result["eval"]
+        ev = result.eval
         t = Table("", a, b, title="evaluation", title_justify="left")
-        t.add_row("eval data", ", ".join(f"{k}={v}" for k, v in ev["a"]["data"].items()) or "-",
-                  ", ".join(f"{k}={v}" for k, v in ev["b"]["data"].items()) or "-")
-        t.add_row("dataset revision", _fmt(ev["a"]["dataset_revision"]), _fmt(ev["b"]["dataset_revision"]))
-        for k in sorted(set(ev["a"]["procedure"]) | set(ev["b"]["procedure"])):
-            t.add_row(k, _fmt(ev["a"]["procedure"].get(k)), _fmt(ev["b"]["procedure"].get(k)))
+        t.add_row("eval data", ", ".join(f"{k}={v}" for k, v in ev.a.data.items()) or "-",
+                  ", ".join(f"{k}={v}" for k, v in ev.b.data.items()) or "-")
+        t.add_row("dataset revision", _fmt(ev.a.dataset_revision), _fmt(ev.b.dataset_revision))
+        for k in sorted(set(ev.a.procedure) | set(ev.b.procedure)):
+            t.add_row(k, _fmt(ev.a.procedure.get(k)), _fmt(ev.b.procedure.get(k)))
         out.print(t)
         t = Table("final metric (last logged value)", a, b, title="metrics", title_justify="left")
-        for row in result["metrics"]:
-            t.add_row(row["metric"], _fmt(row["a"]) + (f" @{row['a_at']}" if row["a_at"] is not None else ""),
-                      _fmt(row["b"]) + (f" @{row['b_at']}" if row["b_at"] is not None else ""))
+        for row in result.metrics:
+            t.add_row(row.metric, _fmt(row.a) + (f" @{row.a_at}" if row.a_at is not None else ""),
+                      _fmt(row.b) + (f" @{row.b_at}" if row.b_at is not None else ""))
         out.print(t)
-        for run, why in result["errors"].items():
+        for run, why in result.errors.items():
             out.print(f"[yellow]{run}: no metrics: {why}[/]")
-        v = result["verdict"]
-        out.print(("[bold]" if not v.get("refused") else "[yellow]") + v["statement"] + "[/]")
-        if not v.get("refused"):
-            out.print(f"note: {v['caveat']}")
+        v = result.verdict
+        out.print(("[bold]" if not v.refused else "[yellow]") + v.statement + "[/]")
+        if not v.refused:
+            out.print(f"note: {v.caveat}")
 
     emit(result, output, table)

@@ -10,21 +10,21 @@ from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt,
                                   OutputOpt, RecipeFileOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.config import load_config
 from miles_ray.core.probes import check_data_bound
-from miles_ray.services.doctor import doctor
+from miles_ray.services.doctor import DoctorReport, doctor
 
 MARK = {"problem": "[red]✗[/]", "warning": "[yellow]![/]", "ok": "[green]✓[/]", "skipped": "[dim]-[/]"}
 
 
-def findings_table(rep: dict) -> None:
-    out.print(f"doctor {rep['kind']} {rep['target']} (cluster {rep['cluster']}, {rep['backend']})")
-    for f in rep["findings"]:
-        out.print(f"{MARK.get(f['status'], '?')} [bold]{f['check']}[/] [dim]({f['checklist']})[/]: {f['summary']}")
-        if f["status"] in ("problem", "warning", "skipped"):
-            for e in f["evidence"]:
+def findings_table(rep: DoctorReport) -> None:
+    out.print(f"doctor {rep.kind} {rep.target} (cluster {rep.cluster}, {rep.backend})")
+    for f in rep.findings:
+        out.print(f"{MARK.get(f.status, '?')} [bold]{f.check}[/] [dim]({f.checklist})[/]: {f.summary}")
+        if f.status in ("problem", "warning", "skipped"):
+            for e in f.evidence:
                 out.print(f"    [dim]·[/] {e}")
-            if f["fix"]:
-                out.print(f"    [bold]fix:[/] {f['fix']}")
-    out.print(f"{rep['problems']} problem(s), {rep['warnings']} warning(s)")
+            if f.fix:
+                out.print(f"    [bold]fix:[/] {f.fix}")
+    out.print(f"{rep.problems} problem(s), {rep.warnings} warning(s)")
 
 
 def doctor_cmd(
@@ -60,4 +60,4 @@ def doctor_cmd(
     with progress_display(f"diagnosing {target or cfg.name}", timeout=check_data_bound(timeout) + 60) as p:
         rep = doctor(cfg, target, backend.value, address, timeout=timeout, progress=p)
     emit(rep, output, lambda: findings_table(rep))
-    checks_failed("doctor", rep["problems"])
+    checks_failed("doctor", rep.problems)

@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from miles_ray.cli.common import Output, OutputOpt, emit, err
-from miles_ray.core.errors import ConfigError
-from miles_ray.core.config import STARTER
+from miles_ray.services.init import write_starter
 
 
 def init_cmd(
@@ -18,31 +17,5 @@ def init_cmd(
     output: OutputOpt = Output.table,
 ) -> None:
     """Write a commented starter configuration file (every key, its default and what it does)."""
-    try:
-        _write_starter(path, force, STARTER)
-    except (OSError, ValueError) as e:  # a name too long, a NUL byte, a read-only directory...
-        raise ConfigError(f"cannot write {str(path)[:200]!r}: {getattr(e, 'strerror', None) or e}") from None
-    emit({"path": str(path), "written": True}, output, lambda: err.print(f"wrote {path}; edit it, then run 'miles-ray plan'"))
-
-
-def _write_starter(path: Path, force: bool, text: str) -> None:
-    import os
-    import tempfile
-
-    if path.exists() and not force:
-        raise ConfigError(f"{path} already exists", hint="pass --force to overwrite it")
-    if path.is_dir() or not path.name or path.name in (".", ".."):
-        raise ConfigError(f"{path} is a directory; give a file name such as {path / 'miles-ray.yaml'}")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise ConfigError(f"directory {parent} does not exist")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".miles-ray-", dir=parent)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        if tmp:
-            Path(tmp).unlink(missing_ok=True)
-        raise
+    result = write_starter(path, force)
+    emit(result, output, lambda: err.print(f"wrote {path}; edit it, then run 'miles-ray plan'"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from miles_ray.cli.common import Output, OutputOpt, RecipeFileOpt, emit, out
-from miles_ray.core.recipes import UPSTREAM_MILES_COMMIT, catalog
+from miles_ray.services.recipes import list_recipes
 
 
 def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.table) -> None:
@@ -22,12 +22,12 @@ def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.ta
     megatron_dir: ..., tensor_parallel: ..., rollout_gpus_per_engine: ..., attention_heads: ..., model_args:
     [...], train_args: [...]} ]'; see docs/recipes.md). -o json: {"upstream_miles_commit": ..., "recipes": [...]}.
     """
-    recipes = catalog(recipe_file)
+    result = list_recipes(recipe_file)
 
     def table() -> None:
-        out.print(f"built-in recipes mirror radixark/miles {UPSTREAM_MILES_COMMIT}")
+        out.print(f"built-in recipes mirror radixark/miles {result.upstream_miles_commit}")
         t = Table("recipe", "TP", "PP", "CP", "EP", "GPUs/engine", "GBS", "layout", "hardware", "launcher")
-        for r in recipes.values():
+        for r in result.recipes:
             hardware = "nvidia" if r.plannable else (f"{r.hardware} (not plannable)" if r.hardware != "nvidia"
                                                      else "nvidia (listed, not planned)")
             sizes = [str(v) for v in (r.tensor_parallel, r.pipeline_parallel, r.context_parallel,
@@ -35,11 +35,8 @@ def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.ta
             t.add_row(r.name, *(sizes if r.plannable else ["-"] * len(sizes)),
                       r.default_layout if r.plannable else "-", hardware, " ".join([r.launcher, *r.launcher_args]))
         out.print(t)
-        for r in recipes.values():
+        for r in result.recipes:
             if not r.plannable:
                 out.print(f"  {r.name}: not planned: {r.not_plannable_reason}")
 
-    emit({"upstream_miles_commit": UPSTREAM_MILES_COMMIT,
-          "recipes": [r.model_dump(mode="json") | {"hash": r.content_hash(), "plannable": r.plannable,
-                                                   "not_plannable_reason": r.not_plannable_reason}
-                      for r in recipes.values()]}, output, table)
+    emit(result, output, table)

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (ConfigOpt, ContextOpt, KubeconfigOpt, Output, OutputOpt, RunNamespaceOpt, emit, out,
-                                  progress_display)
+from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, out, progress_display
+from miles_ray.cli.options import RunFlags, run_options
 from miles_ray.services.runs import pick_run
 from miles_ray.core.config import load_config
-from miles_ray.services.registry import polyaxon_target, register
+from miles_ray.services.registry import CheckVia, register
 
 
-class CheckVia(str, Enum):
-    auto = "auto"
-    local = "local"
-    cluster = "cluster"
-
-
+@run_options
 def register_cmd(
     run: Annotated[str, typer.Argument(metavar="RUN", help="the run whose checkpoint to register", show_default=False)],
     checkpoint: Annotated[int, typer.Option("--checkpoint", min=0, help="checkpoint iteration: <the run's checkpoint dir (its --save)>/iter_<ITER:07d>", show_default=False)],
@@ -31,9 +25,7 @@ def register_cmd(
     force: Annotated[bool, typer.Option("--force", help="update the version if it already exists")] = False,
     polyaxon_host: Annotated[Optional[str], typer.Option("--polyaxon-host", help="Polyaxon API URL [default: config or $POLYAXON_HOST]", show_default=False)] = None,
     project: Annotated[Optional[str], typer.Option("--project", help="Polyaxon project [default: polyaxon_project]", show_default=False)] = None,
-    namespace: RunNamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    target: RunFlags = RunFlags(),
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -53,26 +45,24 @@ def register_cmd(
     """
     flags = {k: v for k, v in {"polyaxon_host": polyaxon_host, "polyaxon_project": project}.items() if v}
     cfg = load_config(flags, config)
-    host, owner, proj = polyaxon_target(cfg)
-    run = pick_run(run, namespace)
+    run = pick_run(run, target.namespace)
     with progress_display(f"registering run {run} checkpoint {checkpoint}") as p:
-        result = register(run, checkpoint, version=version, hf_dir=hf_dir, tags=list(tag or []),
-                          description=description, host=host, owner=owner, project=proj,
-                          check_via=check_via.value, force=force, progress=p, kube_context=context,
-                          kubeconfig=kubeconfig)
+        result = register(cfg, run, checkpoint, version=version, hf_dir=hf_dir, tags=list(tag or []),
+                          description=description, check_via=check_via, force=force, progress=p,
+                          kube_context=target.context, kubeconfig=target.kubeconfig)
 
     def table() -> None:
-        out.print(f"model version [bold]{result['version']}[/] {'updated' if result['updated'] else 'registered'} "
-                  f"in {result['project']} on {result['host']}")
-        out.print(f"source run {result['run']}"
-                  + (f" (Polyaxon run {result['polyaxon_run_uuid']})" if result["polyaxon_run_uuid"] else
+        out.print(f"model version [bold]{result.version}[/] {'updated' if result.updated else 'registered'} "
+                  f"in {result.project} on {result.host}")
+        out.print(f"source run {result.run}"
+                  + (f" (Polyaxon run {result.polyaxon_run_uuid})" if result.polyaxon_run_uuid else
                      " (no Polyaxon run: named in the description and content)"))
-        for art in result["artifacts"]:
-            out.print(f"  artifact {art['name']}: {art['path']} ({art['format']})")
-        if result.get("hf_dir_note"):
-            out.print(f"  [yellow]{result['hf_dir_note']}[/]")
-        out.print(f"  tags: {', '.join(result['tags'])}")
-        out.print(f"  checked: {result['checked']['where']}; iterations {result['checked']['iterations']}")
-        out.print(f"[bold]note:[/] {result['note']}")
+        for art in result.artifacts:
+            out.print(f"  artifact {art.name}: {art.path} ({art.format})")
+        if result.hf_dir_note:
+            out.print(f"  [yellow]{result.hf_dir_note}[/]")
+        out.print(f"  tags: {', '.join(result.tags)}")
+        out.print(f"  checked: {result.checked.where}; iterations {result.checked.iterations}")
+        out.print(f"[bold]note:[/] {result.note}")
 
     emit(result, output, table)

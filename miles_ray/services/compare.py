@@ -11,30 +11,105 @@ from miles_ray.adapters import ray_jobs, state
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.errors import ClusterError, ConfigError
 from miles_ray.core.metrics import compare_runs, parse_metrics
+from miles_ray.core.results import Result
+
+
+class FieldRow(Result):
+    """One recorded field (provenance or split) of both runs."""
+
+    field: str
+    a: Any
+    b: Any
+    same: bool
+
+
+class EvalSetup(Result):
+    """The evaluation data and procedure one run used (:func:`miles_ray.core.metrics.eval_setup`)."""
+
+    data: dict[str, str]
+    procedure: dict[str, str]
+    dataset_revision: Any
+    source: str
+
+
+class EvalComparison(Result):
+    a: EvalSetup
+    b: EvalSetup
+    same: bool
+    differences: list[str]
+
+
+class MetricRow(Result):
+    """A metric's last logged value in each run (NaN/inf as strings) and the step it was logged at."""
+
+    metric: str
+    a: Any
+    a_at: Any
+    b: Any
+    b_at: Any
+
+
+class MetricLines(Result):
+    a: int
+    b: int
+
+
+class Verdict(Result):
+    """Which run has the better final eval metric (``better``), or why compare will not say (``refused``)."""
+
+    better: str | None
+    metric: str | None
+    statement: str
+    caveat: str
+    refused: bool
+
+
+class CompareResult(Result):
+    """Two runs side by side: provenance, split, evaluation setup, final metrics, and the verdict; ``errors``:
+    why a run has no metrics."""
+
+    a: str
+    b: str
+    provenance: list[FieldRow]
+    split: list[FieldRow]
+    eval: EvalComparison
+    metrics: list[MetricRow]
+    metric_lines: MetricLines
+    errors: dict[str, str]
+    verdict: Verdict
+
+
+class RunMetrics(Result):
+    """What a run's job log says: the parsed metrics (:func:`miles_ray.core.metrics.parse_metrics`), or why there
+    are none (``why_not``)."""
+
+    parsed: dict[str, Any] | None = None
+    why_not: str | None = None
 
 
 def run_metrics(record: dict[str, Any], kube_context: str | None = None,
-                kubeconfig: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """(parsed metrics, None) from the run's job log, or (None, why not)."""
+                kubeconfig: str | None = None) -> RunMetrics:
+    """The metrics parsed from the run's job log, or why there are none."""
     if record.get("mode") == "rehearse":
-        return None, "a rehearsal run (no training, no metrics)"
+        return RunMetrics(why_not="a rehearsal run (no training, no metrics)")
     if record.get("mode") == "launcher":
-        return None, ("a launcher-mode run: the upstream launcher submits its own Ray job, which miles-ray "
-                      "does not track")
+        return RunMetrics(why_not="a launcher-mode run: the upstream launcher submits its own Ray job, which miles-ray "
+                                  "does not track")
     try:
         with open_head(record["address"], kube_context=kube_context or record.get("kube_context"),
                        kubeconfig=kubeconfig or record.get("kubeconfig")) as url:
             text = ray_jobs.logs(url, record["submission_id"])
     except ClusterError as e:
-        return None, f"no job log ({e.message})"
-    return parse_metrics(text or ""), None
+        return RunMetrics(why_not=f"no job log ({e.message})")
+    return RunMetrics(parsed=parse_metrics(text or ""))
 
 
-def compare(run_a: str, run_b: str, kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
+def compare(run_a: str, run_b: str, kube_context: str | None = None, kubeconfig: str | None = None) -> CompareResult:
+    """Compare two runs (their records, and the metrics in their job logs; ``kube_context``/``kubeconfig``
+    override what the records kept)."""
     if run_a == run_b:
         raise ConfigError(f"compare needs two different runs (got {run_a!r} twice)")
     rec_a, rec_b = state.load_record(run_a), state.load_record(run_b)
-    logs_a, err_a = run_metrics(rec_a, kube_context, kubeconfig)
-    logs_b, err_b = run_metrics(rec_b, kube_context, kubeconfig)
-    errors = {r: e for r, e in ((run_a, err_a), (run_b, err_b)) if e}
-    return compare_runs(rec_a, rec_b, logs_a, logs_b, errors)
+    logs_a, logs_b = run_metrics(rec_a, kube_context, kubeconfig), run_metrics(rec_b, kube_context, kubeconfig)
+    errors = {r: m.why_not for r, m in ((run_a, logs_a), (run_b, logs_b)) if m.why_not}
+    return CompareResult.model_validate(compare_runs(rec_a, rec_b, logs_a.parsed, logs_b.parsed, errors))

@@ -16,6 +16,16 @@ from miles_ray.core.errors import ClusterError, TimedOut
 from miles_ray.core.heads import HeadAddress, parse_head
 from miles_ray.core.probes import Probe, parse_result
 from miles_ray.core.progress import Progress
+from miles_ray.core.results import Result
+
+
+class ProbeRun(Result):
+    """A probe job that ended with an answer: its id, its final status and the payload's answer (the JSON of its
+    ``MILES_RAY_PROBE_RESULT`` line, read into each probe's own result by the service that ran it)."""
+
+    job: str
+    status: str
+    result: dict[str, Any]
 
 
 def launchers_dir() -> Path:
@@ -36,10 +46,10 @@ def probe_token() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S%f") + secrets.token_hex(2)
 
 
-def run_probe(url: str, probe: Probe, python: str, progress: Progress = None) -> dict[str, Any]:
+def run_probe(url: str, probe: Probe, python: str, progress: Progress = None) -> ProbeRun:
     """Run ``probe`` on the head at ``url`` (an http URL: see ``miles_ray.adapters.ray_head.open_head``).
 
-    Returns ``{"job": id, "status": final job status, "result": the payload's answer}``. Raises ``TimedOut``
+    Returns the job's id, its final status and the payload's answer. Raises ``TimedOut``
     when the job has not ended within ``probe.timeout`` (the job is stopped first, so nothing is left running),
     and ``ClusterError`` when it ended without an answer (the last lines of its log say why)."""
     runtime_env: dict[str, Any] = {"working_dir": str(launchers_dir())}
@@ -60,4 +70,4 @@ def run_probe(url: str, probe: Probe, python: str, progress: Progress = None) ->
         tail = " | ".join(line for line in text.strip().splitlines()[-3:]) if text else "no output"
         raise ClusterError(f"the {probe.kind} job {job_id} ended {info['status']} without a result ({tail[:400]})",
                            hint="the payload could not run on the head: check the image's python and ray")
-    return {"job": job_id, "status": info["status"], "result": result}
+    return ProbeRun(job=job_id, status=info["status"], result=result)

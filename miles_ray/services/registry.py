@@ -6,7 +6,7 @@ quality or deployment gate, and nothing here judges the model.
 Before anything is written, the checkpoint must exist where the run wrote it. Where that is checked:
 
 * ``local`` backend (the embedded Ray cluster): the workers are processes on THIS machine and share its
-  filesystem, so the path is stat'ed here.
+  filesystem, so the path is stat'ed here (:data:`CHECKPOINTS_SEEN_FROM`).
 * any other run (KubeRay, Polyaxon, an --address head): the shared volume is mounted on the cluster, not
   here. A probe job (``launchers/list_checkpoints.py``, through the one probe runner) goes to the run's head
   (a Kubernetes head through a port-forward); its driver schedules one task with 0.01 CPU on a GPU worker (the
@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,79 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import flag_value
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.probes import checkpoint_list_probe
+from miles_ray.core.progress import Progress
+from miles_ray.core.results import Result
 from miles_ray.core.runs import run_checkpoints
 from miles_ray.services.probes import payload_python, probe_token, run_probe
-from miles_ray.core.progress import Progress
 
 NOT_A_GATE = ("registration records a selection; it is not a quality gate or a deployment check: keep approval "
               "criteria explicit and validate the model in its serving environment before release")
 VERSION_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]{0,62}$")
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+
+
+class CheckVia(str, Enum):
+    """Where register looks for the checkpoint (--check-via): ``auto`` (where the run's backend sees it, see
+    :data:`CHECKPOINTS_SEEN_FROM`), this machine, or a probe job on the run's cluster."""
+
+    auto = "auto"
+    this_machine = "local"
+    cluster = "cluster"
+
+
+CHECKPOINTS_SEEN_FROM = {"local": CheckVia.this_machine}
+"""Where a run's checkpoints are seen, by the backend its record names (the local backend's workers share this
+machine's filesystem); any other run: through its cluster."""
+
+
+class CheckpointListing(Result):
+    """A run's checkpoint dir as seen from one node: the ``iter_*`` iterations in it, its tracker's content
+    (``latest``), whether each extra path is a directory (``paths``) and where that was seen (``where``; a probe
+    job's answer also names its ``host`` and ``ip``)."""
+
+    host: str | None = None
+    root: str
+    exists: bool
+    iterations: list[int]
+    latest: str | None
+    where: str
+    paths: dict[str, bool]
+    ip: str | None = None
+
+
+class Artifact(Result):
+    name: str
+    kind: str
+    path: str
+    format: str
+
+
+class Checked(Result):
+    """Where the checkpoint was found, and the iterations there."""
+
+    where: str | None
+    iterations: list[int]
+
+
+class RegisterResult(Result):
+    """The model version registered (or ``updated``), the run it came from, its artifacts and lineage, the check
+    made before, and the version as the registry reads it back (``registered``)."""
+
+    version: str
+    project: str
+    host: str
+    updated: bool
+    run: str
+    polyaxon_run_uuid: str | None
+    checkpoint: str
+    hf_dir: str | None
+    hf_dir_note: str | None
+    artifacts: list[Artifact]
+    lineage: list[str]
+    tags: list[str]
+    checked: Checked
+    registered: dict[str, Any]
+    note: str
 
 
 def checkpoint_root(record: dict[str, Any]) -> str:
@@ -79,23 +145,23 @@ def hf_dir_from_entrypoint(entrypoint: str, iteration: int) -> str | None:
         return None
 
 
-def list_checkpoints_local(checkpoint_root: str, extra: list[str]) -> dict[str, Any]:
+def list_checkpoints_local(checkpoint_root: str, extra: list[str]) -> CheckpointListing:
+    """The checkpoint dir as this machine sees it."""
     root = Path(checkpoint_root)
-    out: dict[str, Any] = {"root": str(root), "exists": root.is_dir(), "iterations": [], "latest": None,
-                           "where": "this machine (local backend: the workers share its filesystem)"}
-    if out["exists"]:
-        for p in sorted(root.iterdir()):
-            if p.name.startswith("iter_") and p.name[5:].isdigit() and p.is_dir():
-                out["iterations"].append(int(p.name[5:]))
-        latest = root / "latest_checkpointed_iteration.txt"
-        if latest.is_file():
-            out["latest"] = latest.read_text().strip()
-    out["paths"] = {p: Path(p).is_dir() for p in extra}
-    return out
+    exists, iterations, latest = root.is_dir(), [], None
+    if exists:
+        iterations = [int(p.name[5:]) for p in sorted(root.iterdir())
+                      if p.name.startswith("iter_") and p.name[5:].isdigit() and p.is_dir()]
+        tracker = root / "latest_checkpointed_iteration.txt"
+        if tracker.is_file():
+            latest = tracker.read_text().strip()
+    return CheckpointListing(root=str(root), exists=exists, iterations=iterations, latest=latest,
+                             where="this machine (local backend: the workers share its filesystem)",
+                             paths={p: Path(p).is_dir() for p in extra})
 
 
 def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120,
-                                kube_context: str | None = None, kubeconfig: str | None = None) -> dict[str, Any]:
+                                kube_context: str | None = None, kubeconfig: str | None = None) -> CheckpointListing:
     """List the run's checkpoint dir through a probe job on the run's head (see module doc);
     ``kube_context``/``kubeconfig`` override what the record kept."""
     probe = checkpoint_list_probe(checkpoint_root(record), record, extra, probe_token(), timeout)
@@ -103,7 +169,7 @@ def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeou
         with open_head(record["address"], kube_context=kube_context or record.get("kube_context"),
                        kubeconfig=kubeconfig or record.get("kubeconfig")) as url:
             # the head's own address (not a port-forward's 127.0.0.1) tells which python runs the payload
-            return run_probe(url, probe, payload_python(record["address"]))["result"]
+            return CheckpointListing(**run_probe(url, probe, payload_python(record["address"])).result)
     except ClusterError as e:
         raise type(e)(f"could not list the checkpoints of run {record['run']} on {record['address']}: {e.message}",
                       hint=e.hint or "is the cluster up? 'miles-ray status'", status=e.status) from None
@@ -126,10 +192,13 @@ def _check_request(run: str, iteration: int, version: str | None, tags: list[str
     return version
 
 
-def register(run: str, iteration: int, *, version: str | None, hf_dir: str | None, tags: list[str],
-             description: str | None, host: str | None, owner: str, project: str, check_via: str = "auto",
-             force: bool = False, progress: Progress = None, kube_context: str | None = None,
-             kubeconfig: str | None = None) -> dict[str, Any]:
+def register(cfg: MilesRayConfig, run: str, iteration: int, *, version: str | None, hf_dir: str | None,
+             tags: list[str], description: str | None, check_via: CheckVia = CheckVia.auto, force: bool = False,
+             progress: Progress = None, kube_context: str | None = None,
+             kubeconfig: str | None = None) -> RegisterResult:
+    """Register checkpoint ``iteration`` of ``run`` as a model version in the Polyaxon registry ``cfg`` names (see
+    the module doc); ``kube_context``/``kubeconfig`` override what the run's record kept."""
+    host, owner, project = polyaxon_target(cfg)
     version = _check_request(run, iteration, version, tags, host)
     record = state.load_record(run)
     api = PolyaxonApi(host)
@@ -139,25 +208,28 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
     hf = hf_dir or hf_dir_from_entrypoint(record.get("entrypoint", ""), iteration)
 
     # 1. the checkpoint must exist where the run wrote it -- nothing is registered otherwise
-    via = check_via if check_via != "auto" else ("local" if record.get("backend") == "local" else "cluster")
+    via = CheckVia(check_via)
+    if via is CheckVia.auto:
+        via = CHECKPOINTS_SEEN_FROM.get(record.get("backend"), CheckVia.cluster)
+    here = via is CheckVia.this_machine
     if progress:
-        progress(f"looking for {ckpt} ({'on this machine' if via == 'local' else 'through a Ray job on ' + record['address']})")
+        progress(f"looking for {ckpt} ({'on this machine' if here else 'through a Ray job on ' + record['address']})")
     extra = [hf] if hf else []
-    listing = list_checkpoints_local(root, extra) if via == "local" else \
+    listing = list_checkpoints_local(root, extra) if here else \
         list_checkpoints_on_cluster(record, extra, kube_context=kube_context, kubeconfig=kubeconfig)
-    iterations = sorted(listing.get("iterations") or [])
+    iterations = sorted(listing.iterations)
     if iteration not in iterations:
         have = ", ".join(str(i) for i in iterations) if iterations else "none"
-        where = listing.get("where", "")
-        if not listing.get("exists"):
-            raise ConfigError(f"run {run}: no checkpoint dir {listing['root']} ({where})",
+        where = listing.where
+        if not listing.exists:
+            raise ConfigError(f"run {run}: no checkpoint dir {listing.root} ({where})",
                               hint="the run saved no checkpoint yet, or the volume is not mounted there")
         raise ConfigError(f"run {run}: checkpoint iteration {iteration} does not exist ({ckpt} not found, {where}); "
                           f"existing iterations: {have}",
                           hint="pick one of them with --checkpoint ITER")
-    hf_found = bool(hf and (listing.get("paths") or {}).get(hf))
+    hf_found = bool(hf and listing.paths.get(hf))
     if explicit_hf and not hf_found:
-        raise ConfigError(f"--hf-dir {hf} does not exist ({listing.get('where', '')})",
+        raise ConfigError(f"--hf-dir {hf} does not exist ({listing.where})",
                           hint="give the HF export Miles wrote (--save-hf), or leave --hf-dir out")
 
     # 2. the version must be new unless --force
@@ -168,10 +240,11 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
         raise ConfigError(f"model version {version} already exists in {owner}/{project}",
                           hint="choose another --version, or pass --force to update it")
 
-    artifacts = [{"name": f"checkpoint-iter_{iteration:07d}", "kind": "model", "path": ckpt,
-                  "format": "megatron torch_dist"}]
+    artifacts = [Artifact(name=f"checkpoint-iter_{iteration:07d}", kind="model", path=ckpt,
+                          format="megatron torch_dist")]
     if hf_found:
-        artifacts.append({"name": f"hf-iter_{iteration:07d}", "kind": "model", "path": hf, "format": "huggingface"})
+        artifacts.append(Artifact(name=f"hf-iter_{iteration:07d}", kind="model", path=hf, format="huggingface"))
+    checked = Checked(where=listing.where, iterations=iterations)
     provenance = {k: record.get(k) for k in ("run", "recipe", "recipe_hash", "image", "image_digest", "miles_commit",
                                               "model_revision", "dataset_revision", "ray_version", "output_dir",
                                               "resumed_from", "submission_id", "address", "cluster",
@@ -181,8 +254,7 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
                            ("layout", "nodes", "gpus_per_node", "actor_num_nodes", "trainer_gpus", "rollout_num_gpus",
                             "rollout_num_gpus_per_engine")}
     content = {"schema": "miles-ray/model-version/v1", "source_run": run, "checkpoint_iteration": iteration,
-               "artifacts": artifacts, "provenance": provenance, "checked": {"where": listing.get("where"),
-                                                                               "iterations": iterations},
+               "artifacts": [a.to_json() for a in artifacts], "provenance": provenance, "checked": checked.to_json(),
                "note": NOT_A_GATE}
     uuid = record.get("polyaxon_run_uuid")
     desc = description or (f"Miles checkpoint iter {iteration} of run {run} (recipe {record.get('recipe')}); "
@@ -196,11 +268,11 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
     if uuid:
         for art in artifacts:
             try:
-                registry.log_model_lineage(uuid, art, {"path": art["path"], "format": art["format"],
-                                                       "iteration": iteration})
+                registry.log_model_lineage(uuid, art.to_json(), {"path": art.path, "format": art.format,
+                                                                 "iteration": iteration})
             except NotFound:
                 raise NotFound(f"Polyaxon run {uuid} (from run record {run}) not found in {owner}/{project}") from None
-            lineage.append(art["name"])
+            lineage.append(art.name)
     if progress:
         progress(f"registering model version {version} in {owner}/{project}")
     registry.register_version(version, description=desc, tags=all_tags, content=content, run_uuid=uuid or None,
@@ -208,14 +280,15 @@ def register(run: str, iteration: int, *, version: str | None, hf_dir: str | Non
     back = registry.get_version(version)
     if back is None:
         raise ClusterError(f"model version {version} was registered but cannot be read back from {api.host}")
-    return {"version": version, "project": f"{owner}/{project}", "host": api.host, "updated": existing is not None,
-            "run": run, "polyaxon_run_uuid": uuid, "checkpoint": ckpt, "hf_dir": hf if hf_found else None,
-            "hf_dir_note": None if hf_found or explicit_hf else (
-                f"HF dir {hf} not found: not registered" if hf else
-                "the run did not pass --save-hf: no HF dir registered (give --hf-dir)"),
-            "artifacts": artifacts, "lineage": lineage, "tags": all_tags, "checked": content["checked"],
-            "registered": back, "note": NOT_A_GATE}
+    return RegisterResult(
+        version=version, project=f"{owner}/{project}", host=api.host, updated=existing is not None, run=run,
+        polyaxon_run_uuid=uuid, checkpoint=ckpt, hf_dir=hf if hf_found else None,
+        hf_dir_note=None if hf_found or explicit_hf else (
+            f"HF dir {hf} not found: not registered" if hf else
+            "the run did not pass --save-hf: no HF dir registered (give --hf-dir)"),
+        artifacts=artifacts, lineage=lineage, tags=all_tags, checked=checked, registered=back, note=NOT_A_GATE)
 
 
 def polyaxon_target(cfg: MilesRayConfig) -> tuple[str | None, str, str]:
+    """(host, owner, project) of the model registry: the configuration's, the host else $POLYAXON_HOST."""
     return (cfg.polyaxon_host or os.environ.get("POLYAXON_HOST")), cfg.polyaxon_owner, cfg.polyaxon_project

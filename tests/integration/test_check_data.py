@@ -159,12 +159,12 @@ def test_resume_looks_where_the_run_saved(env, cli, mount):
 def test_service_callable_from_submit(env, mount):
     from miles_ray.core.config import load_config
     from miles_ray.core.recipes import get_recipe
-    from miles_ray.services.datacheck import check_data
+    from miles_ray.services.check_data import check_data
 
     prepare(mount, eval_data=False)
     cfg = load_config({"mount_path": str(mount)}, environ={})
     rep = check_data(cfg, env.address, get_recipe("Qwen3-4B"), timeout=60)
-    assert rep["ok"] is False and len(rep["missing"]) == 5 and rep["job"].startswith("miles-ray-check-data-")
+    assert rep.ok is False and len(rep.missing) == 5 and rep.job.startswith("miles-ray-check-data-")
 
 
 def test_unreachable_head_is_one_error_line(env, cli, mount):

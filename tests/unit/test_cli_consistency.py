@@ -164,12 +164,12 @@ def test_debug_shows_the_traceback_and_only_then(cli, clean_env):
 
 def test_an_unexpected_exception_is_one_line_too(cli, clean_env, monkeypatch):
     """A bug (here: the recipe catalog raising RuntimeError) still ends as one error line, exit 1; --debug shows it."""
-    import miles_ray.cli.recipes
+    import miles_ray.services.recipes
 
     def broken(_recipe_file=None):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(miles_ray.cli.recipes, "catalog", broken)  # the name the verb module calls
+    monkeypatch.setattr(miles_ray.services.recipes, "catalog", broken)  # the name the recipes service calls
     code, out, err = cli("recipes")
     assert (code, out) == (1, "") and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("error: unexpected RuntimeError: boom") and "miles-ray --debug" in err

@@ -11,14 +11,16 @@ Checklist items:
 
 Kubernetes (KubeRay or Polyaxon-created RayClusters): everything (the Ray side through a port-forward to the
 head, when it answers). Local backend and plain --address: the Ray-side subset (nodes alive, Ray version, data,
-resume). One module per part: :mod:`.findings`, :mod:`.kube_checks`, :mod:`.ray_checks`.
+resume). The backend's own checks are chosen from :data:`SIDES`, keyed by the backend kind. One module per part:
+:mod:`.findings`, :mod:`.kube_checks`, :mod:`.ray_checks`.
 """
 
 from __future__ import annotations
 
 import re
 from contextlib import ExitStack
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -26,18 +28,61 @@ from miles_ray.adapters import local_ray, state
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError
-from miles_ray.services.doctor.findings import PROBLEM, WARNING, finding
+from miles_ray.core.progress import Progress
+from miles_ray.services.doctor.findings import PROBLEM, WARNING, DoctorReport, Finding, finding
 from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
 from miles_ray.services.doctor.ray_checks import (check_local_nodes, check_ray_version, data_findings, miles_findings,
                                                  resume_findings)
 from miles_ray.services.heads import dashboard_address, pick_backend
-from miles_ray.core.progress import Progress
+
+__all__ = ["DoctorReport", "Finding", "doctor"]
 
 RECORD_BACKENDS = {"local": "local", "kuberay": "kubernetes", "polyaxon": "kubernetes"}
 
 
+@dataclass
+class _Side:
+    """What the backend's own checks found before the Ray head is reached: their findings, the head they point at
+    (None: none known), whether the head the backend made may simply not run yet (then, unless the head was
+    given by --address, an unreached head is said by the other checks, not as a problem of its own), and the
+    checks that need the head's answer (``url`` None: not reached, ``unreached`` says why)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    head: str | None = None
+    head_optional: bool = False
+    with_head: Callable[[str | None, str | None], list[Finding]] = lambda url, unreached: []
+
+
+def _kubernetes_side(cfg: MilesRayConfig, address: str | None, progress: Progress) -> _Side:
+    """The RayCluster's spec and pods, and every Ready pod against Ray's nodes once the head answers. Its head
+    may simply not run yet: the pod checks say why."""
+    found, pods = kube_findings(cfg, progress)
+    return _Side(found, address or dashboard_address(cfg, "kubernetes")[1], head_optional=True,
+                 with_head=lambda url, unreached: [ray_membership(pods, url, unreached)])
+
+
+def _local_side(cfg: MilesRayConfig, address: str | None, progress: Progress) -> _Side:
+    """The local cluster's nodes and processes."""
+    try:
+        st = local_ray.status(state.local_clusters_dir(), cfg.name)
+    except ClusterError as e:
+        return _Side([finding("container_failures", "startup", PROBLEM, str(e), [],
+                              e.hint or "'miles-ray up --backend local'")], address)
+    return _Side([check_local_nodes(st)], address or st["dashboard_url"])
+
+
+def _address_side(cfg: MilesRayConfig, address: str | None, progress: Progress) -> _Side:
+    """A head given by its address: only the Ray side is known."""
+    return _Side(head=address)
+
+
+SIDES: dict[str, Callable[[MilesRayConfig, str | None, Progress], _Side]] = {
+    "kubernetes": _kubernetes_side, "local": _local_side, "address": _address_side}
+"""The backend's own checks, by the backend the cluster (or the run's record) names."""
+
+
 def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto", address: str | None = None,
-           timeout: float = 60, progress: Progress = None) -> dict[str, Any]:
+           timeout: float = 60, progress: Progress = None) -> DoctorReport:
     """Diagnose a cluster (by name) or a run (by run name). Returns findings; never raises for a finding."""
     record = state.read_json(state.record_path(target)) if target and re.fullmatch(r"^[a-z0-9-]+$", target) else None
     kind = "run" if record else "cluster"
@@ -57,46 +102,29 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
                               hint="'miles-ray runs' lists runs; cluster names are DNS-1035 labels") from None
     if backend == "auto":
         backend = "address" if address and not record else pick_backend("auto", cfg)
-    out: dict[str, Any] = {"target": target or cfg.name, "kind": kind, "cluster": cfg.name, "backend": backend}
+    report: dict[str, Any] = {"target": target or cfg.name, "kind": kind, "cluster": cfg.name, "backend": backend}
     expected_ray = record.get("ray_version") if record else None
 
-    findings: list[dict[str, Any]] = []
-    # A KubeRay head reached through the cluster (not a given --address) may simply not run yet: the pod checks
-    # say why, and the data checks are skipped with the reason.
-    head_optional = backend == "kubernetes" and address is None
-    pods: list[dict] = []
-    if backend == "kubernetes":
-        kube_found, pods = kube_findings(cfg, progress)
-        findings += kube_found
-        head = head or dashboard_address(cfg, "kubernetes")[1]
-    elif backend == "local":
-        try:
-            st = local_ray.status(state.local_clusters_dir(), cfg.name)
-            findings.append(check_local_nodes(st))
-            head = head or st["dashboard_url"]
-        except ClusterError as e:
-            findings.append(finding("container_failures", "startup", PROBLEM, str(e), [],
-                                    e.hint or "'miles-ray up --backend local'"))
+    side = SIDES[backend](cfg, head, progress)
+    findings = list(side.findings)
+    head = side.head
     resume, resume_target = resume_findings(record)
     with ExitStack() as stack:
         url, unreached = None, None
         if head:
-            out["address"] = head
+            report["address"] = head
             try:
                 url = stack.enter_context(open_head(head, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig))
                 findings.append(check_ray_version(url, head, cfg, expected_ray))
             except ClusterError as e:
                 url, unreached = None, str(e)
-                if not head_optional:
+                if not (side.head_optional and address is None):
                     findings.append(finding("ray_version", "drift", PROBLEM, f"the Ray head does not answer: {e}", [],
                                             "'miles-ray status' shows why; a recreated head needs its workers to "
                                             "rejoin"))
-        if backend == "kubernetes":
-            findings.append(ray_membership(pods, url, unreached))
+        findings += side.with_head(url, unreached)
         findings += resume
         findings += data_findings(cfg, url, head, record, resume_target, timeout, progress, unreached)
         findings += miles_findings(cfg, url, head, record, progress, unreached)
-    out["findings"] = findings
-    out["problems"] = sum(1 for f in findings if f["status"] == PROBLEM)
-    out["warnings"] = sum(1 for f in findings if f["status"] == WARNING)
-    return out
+    return DoctorReport(**report, findings=findings, problems=sum(1 for f in findings if f.status == PROBLEM),
+                        warnings=sum(1 for f in findings if f.status == WARNING))

@@ -12,7 +12,7 @@ from miles_ray.adapters import kube, ray_jobs
 from miles_ray.adapters.kube import GPU, gpu_capacity, quantity
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, NotFound
-from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, finding
+from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, Finding, finding
 from miles_ray.services.heads import kube_raycluster
 from miles_ray.core.progress import Progress
 
@@ -66,7 +66,7 @@ def _gib(b: float) -> str:
 
 # -- checks: Kubernetes --------------------------------------------------------------------------
 
-def check_pending(api, cfg: MilesRayConfig, pods: list[Any]) -> dict[str, Any]:
+def check_pending(api, cfg: MilesRayConfig, pods: list[Any]) -> Finding:
     pending = [p for p in pods if p.status.phase == "Pending" and not p.spec.node_name
                and p.metadata.deletion_timestamp is None]
     if not pending:
@@ -121,7 +121,7 @@ def check_pending(api, cfg: MilesRayConfig, pods: list[Any]) -> dict[str, Any]:
                    evidence, "; ".join(dict.fromkeys(fixes)))
 
 
-def check_container_failures(pods: list[Any]) -> dict[str, Any]:
+def check_container_failures(pods: list[Any]) -> Finding:
     evidence: list[str] = []
     for p in pods:
         for cs in (p.status.container_statuses or []) + (p.status.init_container_statuses or []):
@@ -145,7 +145,7 @@ def check_container_failures(pods: list[Any]) -> dict[str, Any]:
                              "reference or pull secret; CrashLoopBackOff from Ray/NCCL: see shm and GPU checks")
 
 
-def check_shm(rc: dict) -> dict[str, Any]:
+def check_shm(rc: dict) -> Finding:
     evidence, missing = [], []
     for group, _, pod in _groups(rc):
         c = _ray_container(pod)
@@ -171,7 +171,7 @@ def check_shm(rc: dict) -> dict[str, Any]:
                    evidence)
 
 
-def check_gpu_visibility(rc: dict) -> dict[str, Any]:
+def check_gpu_visibility(rc: dict) -> Finding:
     evidence, bad = [], []
     for group, params, pod in _groups(rc):
         c = _ray_container(pod)
@@ -189,7 +189,7 @@ def check_gpu_visibility(rc: dict) -> dict[str, Any]:
     return finding("gpu_visibility", "startup", OK, "every group's nvidia.com/gpu limit matches Ray's num-gpus", evidence)
 
 
-def check_external_ray(api, cfg: MilesRayConfig, rc: dict, name: str) -> dict[str, Any]:
+def check_external_ray(api, cfg: MilesRayConfig, rc: dict, name: str) -> Finding:
     evidence, bad, warn = [], [], []
     for group, _, pod in _groups(rc):
         env = {e.get("name"): e.get("value") for e in _ray_container(pod).get("env") or []}
@@ -227,7 +227,7 @@ def _check_head_service(cfg: MilesRayConfig, svc: str, ports: list[int] | None, 
         bad.append(f"head service {svc} does not expose the dashboard port 8265 (ports {ports})")
 
 
-def check_image_drift(rc: dict, pods: list[Any], cfg: MilesRayConfig) -> dict[str, Any]:
+def check_image_drift(rc: dict, pods: list[Any], cfg: MilesRayConfig) -> Finding:
     want = {g: _ray_container(pod).get("image") for g, _, pod in _groups(rc)}
     evidence = [f"RayCluster spec {g}: {img}" for g, img in want.items()]
     problems: list[str] = []
@@ -274,7 +274,7 @@ def check_image_drift(rc: dict, pods: list[Any], cfg: MilesRayConfig) -> dict[st
     return finding("image_drift", "drift", OK, "every pod runs the RayCluster's image", evidence)
 
 
-def kube_findings(cfg: MilesRayConfig, progress: Progress) -> tuple[list[dict[str, Any]], list[dict]]:
+def kube_findings(cfg: MilesRayConfig, progress: Progress) -> tuple[list[Finding], list[dict]]:
     """Every Kubernetes check of the configured cluster, and its pods (``kube.pod_rows``, for the checks against
     Ray); NotFound when its RayCluster does not exist."""
     api = kube.load_client(cfg.kubeconfig, cfg.kube_context)
@@ -303,7 +303,7 @@ NOT_JOINED_FIX = ("its raylet did not join the head: 'kubectl logs POD -c ray' s
                   "the pod reaches the head Service's GCS port 6379 (NetworkPolicy) and runs the head's Ray version")
 
 
-def check_ray_membership(pods: list[dict], topology: dict) -> dict[str, Any]:
+def check_ray_membership(pods: list[dict], topology: dict) -> Finding:
     """Every Ready pod of the RayCluster (``kube.cluster_pods``) against Ray's ALIVE nodes
     (``ray_jobs.cluster_topology``), matched by IP: a Ready pod Ray does not list is a problem (its raylet never
     joined, or left); an ALIVE node no pod of the cluster has is a warning (a pod deleted a moment ago)."""
@@ -336,7 +336,7 @@ def check_ray_membership(pods: list[dict], topology: dict) -> dict[str, Any]:
                    f"every Ready pod is ALIVE in Ray ({len(ready) - workers} head, {workers} worker(s))", evidence)
 
 
-def ray_membership(pods: list[dict], url: str | None, unreached: str | None) -> dict[str, Any]:
+def ray_membership(pods: list[dict], url: str | None, unreached: str | None) -> Finding:
     """``check_ray_membership`` on the RayCluster's pods (``kube_findings``' second value) and the head at ``url``
     (None: not reached)."""
     if url is None:

@@ -14,9 +14,9 @@ from miles_ray.core.errors import ClusterError
 from miles_ray.core.probes import TRACKER_CHECK, missing_line
 from miles_ray.core.recipes import get_recipe
 from miles_ray.core.runs import ResumeTarget, run_checkpoints
-from miles_ray.services.datacheck import check_data
-from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, finding
-from miles_ray.services.milesversion import read_image_commit
+from miles_ray.services.check_data import check_data
+from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, Finding, finding
+from miles_ray.services.miles_version import read_image_commit
 from miles_ray.services.probes import payload_python
 from miles_ray.core.progress import Progress
 
@@ -24,7 +24,7 @@ UNREACHED_FIX = ("'miles-ray status' shows the head; for a head elsewhere pass -
                  "k8s://NAMESPACE/RAYCLUSTER, or run 'miles-ray check-data' there")
 
 
-def check_ray_version(url: str, head: str, cfg: MilesRayConfig, expected: str | None) -> dict[str, Any]:
+def check_ray_version(url: str, head: str, cfg: MilesRayConfig, expected: str | None) -> Finding:
     live = ray_jobs.ray_version(url)
     want = expected or cfg.ray_version
     ev = [f"head {head} runs Ray {live or 'unknown'}", f"expected {want or '(not configured)'}"]
@@ -34,7 +34,7 @@ def check_ray_version(url: str, head: str, cfg: MilesRayConfig, expected: str | 
     return finding("ray_version", "drift", OK, f"Ray {live or 'unknown'} on the head", ev)
 
 
-def check_local_nodes(st: dict) -> dict[str, Any]:
+def check_local_nodes(st: dict) -> Finding:
     ev = [f"{n['ip']}: {'head' if n['is_head'] else 'gpu worker'} {n['state']}, {n['gpus']:g} GPUs" +
           ("" if n.get("process_alive", True) else " (process gone)") for n in st["nodes"]]
     ev += [f"{n['ip']}: {n['state']}" for n in st.get("dead_nodes", [])]
@@ -48,7 +48,7 @@ def check_local_nodes(st: dict) -> dict[str, Any]:
                    f"{st['gpu_node_count']} GPU worker(s)", ev)
 
 
-def resume_findings(record: dict[str, Any] | None) -> tuple[list[dict[str, Any]], ResumeTarget | None]:
+def resume_findings(record: dict[str, Any] | None) -> tuple[list[Finding], ResumeTarget | None]:
     """From the run records alone: where the run saves and loads checkpoints (its record: the --save / --load of
     its job) and, for a resumed run, whether it loads from where the run it resumes from saved. Returns the findings
     and what the data checks must find (the checkpoint tracker a resumed run loads; None for a fresh run)."""
@@ -93,7 +93,7 @@ def resume_findings(record: dict[str, Any] | None) -> tuple[list[dict[str, Any]]
 
 def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record: dict[str, Any] | None,
                   resume: ResumeTarget | None, timeout: float, progress: Progress,
-                  unreached: str | None = None) -> list[dict[str, Any]]:
+                  unreached: str | None = None) -> list[Finding]:
     """check-data's checks on the head at ``url`` (None: not reached, ``unreached`` says why)."""
     if url is None or head is None:
         return [finding("data", "data", SKIPPED, "no reachable Ray head to run the data checks from",
@@ -106,12 +106,12 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
     except ClusterError as e:
         return [finding("data", "data", SKIPPED, f"the data checks could not run: {e}", [],
                         "check the head with 'miles-ray status'")]
-    tracker = [missing_line(n, m) for n in rep["nodes"] for m in n.get("missing", []) if m["what"] == TRACKER_CHECK]
-    data = [missing_line(n, m) for n in rep["nodes"] for m in n.get("missing", []) if m["what"] != TRACKER_CHECK]
-    if not rep["nodes"]:
+    tracker = [missing_line(n.to_json(), m.to_json()) for n in rep.nodes for m in n.missing if m.what == TRACKER_CHECK]
+    data = [missing_line(n.to_json(), m.to_json()) for n in rep.nodes for m in n.missing if m.what != TRACKER_CHECK]
+    if not rep.nodes:
         data.append("no alive head or GPU worker node answered")
     findings = []
-    ev = [f"{len(rep['nodes'])} node(s) checked by job {rep['job']}"]
+    ev = [f"{len(rep.nodes)} node(s) checked by job {rep.job}"]
     if data:
         findings.append(finding("data", "data", PROBLEM, f"{len(data)} missing or unusable path(s) across the nodes",
                                 ev + data, f"prepare the model and data on the volume at {cfg.mount_path} (the "
@@ -127,15 +127,14 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
                                     "scratch", tracker, "point --resume-from at the run that saved the "
                                                         "checkpoints, or wait for its first save (its --save-interval)"))
         else:
-            its = sorted({c.get("iteration") for n in rep["nodes"] for c in n.get("checks", [])
-                          if c["what"] == TRACKER_CHECK and c.get("iteration")})
+            its = sorted({c.iteration for n in rep.nodes for c in n.checks if c.what == TRACKER_CHECK and c.iteration})
             findings.append(finding("resume_tracker", "resume", OK, f"checkpoint tracker present (iteration "
                                     f"{', '.join(its) or '?'})", [resume.checkpoint_dir]))
     return findings
 
 
 def miles_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record: dict[str, Any] | None,
-                   progress: Progress, unreached: str | None = None) -> list[dict[str, Any]]:
+                   progress: Progress, unreached: str | None = None) -> list[Finding]:
     """The Miles commit in the image (read on a GPU worker) against the catalog's and, for a run, the one it was
     submitted with. A drift is a problem (direct mode refuses it), except for a launcher-mode run (a warning)."""
     catalog = miles_version.catalog_commit()
@@ -147,11 +146,11 @@ def miles_findings(cfg: MilesRayConfig, url: str | None, head: str | None, recor
         return [finding("miles_version", "drift", SKIPPED, "no reachable Ray head to read the Miles commit in the image",
                         [unreached] if unreached else [], UNREACHED_FIX)]
     answer = read_image_commit(cfg, url, payload_python(head), progress)
-    image = answer.get("commit")
+    image = answer.commit
     ev = [f"the catalog mirrors radixark/miles {catalog or '(no commit recorded)'}",
           f"the image's checkout {cfg.miles_root}: {image or 'unknown'}"
-          + (f" (read with {answer['source']} on {answer.get('where')})" if image else
-             f" ({answer.get('problem') or 'not readable'})")]
+          + (f" (read with {answer.source} on {answer.where})" if image else
+             f" ({answer.problem or 'not readable'})")]
     if record:
         ev.append(f"run {record['run']} ({record.get('mode')}) was submitted with Miles {recorded or 'unknown'}")
     if image is None:

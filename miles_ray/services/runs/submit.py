@@ -26,9 +26,9 @@ from miles_ray.core.runs import (DryRunView, ExistingJob, ExistingRunRef, JobSub
                                  LauncherExec, LauncherJobCreated)
 from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, check_topology, prepare_submit,
                                        validate_request)
-from miles_ray.services.datacheck import check_data as run_data_check
+from miles_ray.services.check_data import check_data as run_data_check
 from miles_ray.services.heads import recorded_head_auth, resolve_address
-from miles_ray.services.milesversion import check_image_miles
+from miles_ray.services.miles_version import check_image_miles
 from miles_ray.services.probes import launchers_dir, payload_python
 from miles_ray.services.runs import backend_for
 from miles_ray.services.runs.polyaxon_job import launcher_as_polyaxon_job
@@ -192,8 +192,8 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
     if job.check_data:
         report = run_data_check(cfg, url, job.recipe, job.resume, python=payload_python(job.address),
                                 progress=progress)
-        if not report.get("ok"):
-            missing = report.get("missing") or []
+        if not report.ok:
+            missing = report.missing
             raise ClusterError(f"data preflight failed on the cluster ({len(missing)} problem(s)): "
                                + "; ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""),
                                hint="'miles-ray check-data' lists every missing path per node")
