@@ -6,22 +6,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, config_flags, emit, job_state_exit, notices, out, pick_run)
-from miles_ray.cli.views import kube_status_table, nodes_table
-from miles_ray.core.config import load_config
-from miles_ray.core.errors import ClusterError
-from miles_ray.services import clusters, lifecycle
+from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, job_state_exit, notices, out, pick_run
+from miles_ray.cli.options import ClusterFlags, cluster_options
+from miles_ray.cli.views import cluster_status
+from miles_ray.services import clusters
 from miles_ray.services.jobs import run_status
 
 
+@cluster_options
 def status_cmd(
     run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="a run name: show its job instead of the cluster", show_default=False)] = None,
-    name: NameOpt = None,
-    backend: BackendOption = Backend.auto,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    cluster: ClusterFlags = ClusterFlags(),
     ray: Annotated[bool, typer.Option("--ray/--no-ray", help="kubernetes: also ask Ray (via a port-forward to the head) how many nodes are alive and since when it is idle")] = False,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -36,7 +31,7 @@ def status_cmd(
     (--namespace must then be the namespace of the run's cluster).
     """
     if run:
-        info = run_status(pick_run(run, namespace), kube_context=context, kubeconfig=kubeconfig)
+        info = run_status(pick_run(run, cluster.namespace), kube_context=cluster.context, kubeconfig=cluster.kubeconfig)
         emit(info, output, lambda: out.print(
             f"run {info['run']}: [bold]{info['status']}[/] (job {info['submission_id']} on {info['address']})"
             + (f"\n{info['message']}" if info.get("message") else "")
@@ -45,31 +40,7 @@ def status_cmd(
         job_state_exit(info["run"], info["status"])
         return
 
-    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig), config)
-    chosen = lifecycle.pick_backend(backend.value, cfg)
-    parked = lifecycle.parked_record(cfg, chosen)
-    if parked is not None:
-        emit(parked, output, lambda: out.print(f"cluster {cfg.name}: [bold]parked[/] since {parked['parked_at']}; "
-                                               "'miles-ray resume' brings it back"))
-        return
-    status = clusters.status(cfg, chosen, **({} if chosen == "local" else {"with_ray": ray}))
-    notices(status)
-    if chosen == "local" or (ray and not status.get("down")):
-        try:
-            status["idle"] = lifecycle.cluster_idle(cfg, chosen, status if chosen == "local" else None)
-        except ClusterError as e:
-            status["idle"] = {"idle": None, "reason": str(e).splitlines()[0]}
-
-    def table() -> None:
-        nodes_table(status) if chosen == "local" else kube_status_table(status)
-        queue = status.get("queue") or {}
-        if queue.get("queued"):
-            out.print(f"queued: Kueue has not admitted it yet (LocalQueue {queue['queue']}): {queue['reason']}")
-        elif status.get("state") == "suspended":
-            out.print("parked (spec.suspend: true); 'miles-ray resume' brings it back")
-        idle = status.get("idle")
-        if idle:
-            out.print(f"idle since {idle['since']} ({idle['idle_seconds']:.0f}s): {idle['reason']}" if idle["idle"]
-                      else f"busy: {idle['reason']}" if idle["idle"] is False else f"idle: unknown ({idle['reason']})")
-
-    emit(status, output, table)
+    cfg = cluster.config(config)
+    status = clusters.status(cfg, clusters.backend_for(cfg, cluster.backend.value), with_ray=ray)
+    notices(status.to_json())
+    emit(status, output, lambda: cluster_status(status))

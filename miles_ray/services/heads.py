@@ -11,16 +11,26 @@ from miles_ray.core.builders import token_secret_of
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.heads import k8s_address, parse_head, service_url
 
+KIND_BACKEND = {"kubernetes": "kuberay", "url": "address"}  # what resolve_address says of a head's kind
+
 
 def local_exists(name: str) -> bool:
     """A local cluster of that name has state on this machine (``up --backend local`` made it)."""
     return local_ray.state_path(state.local_clusters_dir(), name).exists()
 
 
-def pick_backend(backend: str, cfg: MilesRayConfig) -> str:
+def local_chosen(backend: str, cfg: MilesRayConfig) -> bool:
+    """Whether the backend choice (``--backend``: auto, local or kubernetes) means the local cluster: 'auto'
+    does when this machine has a local cluster of that name, running or parked."""
     if backend != "auto":
-        return backend
-    return "local" if local_exists(cfg.name) else "kubernetes"
+        return backend == "local"
+    return local_exists(cfg.name) or state.read_parked_local(cfg.name) is not None
+
+
+def pick_backend(backend: str, cfg: MilesRayConfig) -> str:
+    """The backend choice resolved: 'local' or 'kubernetes' (:func:`miles_ray.services.backends.for_cluster`
+    says which Kubernetes backend)."""
+    return "local" if local_chosen(backend, cfg) else "kubernetes"
 
 
 def kube_raycluster(cfg: MilesRayConfig) -> str:
@@ -32,7 +42,7 @@ def dashboard_address(cfg: MilesRayConfig, backend: str = "auto") -> tuple[str, 
     """(backend, head address) of the cluster made by 'up': the local cluster's dashboard URL, or for Kubernetes
     the head service URL from inside the cluster and ``k8s://NAMESPACE/RAYCLUSTER`` from outside (a
     port-forward, see :func:`miles_ray.adapters.ray_head.open_head`)."""
-    if pick_backend(backend, cfg) == "local":
+    if local_chosen(backend, cfg):
         return "local", ray_head.local_dashboard(cfg.name)
     raycluster = kube_raycluster(cfg)
     if ray_head.in_cluster():
@@ -48,9 +58,9 @@ def resolve_address(cfg: MilesRayConfig, address: str | None, backend: str = "au
                               (cfg.ray_address, "ray_address")):
         if candidate:
             head = parse_head(candidate, source)
-            if head.kind == "local":
+            if head.kind == "local":  # a local cluster by name: its dashboard URL, which run records keep
                 return "local", ray_head.local_dashboard(head.name or "")
-            return ("kuberay" if head.kind == "kubernetes" else "address"), head.address
+            return KIND_BACKEND[head.kind], head.address
     return dashboard_address(cfg, backend)
 
 
