@@ -33,8 +33,9 @@ def kube_summary(result: KubeUp) -> None:
         return
     if result.dry_run:
         out.print(f"dry run ({result.dry_run}): preflight passed for {result.name} in {result.namespace} "
-                  f"(KubeRay CRD {', '.join(result.preflight.get('crd_versions', []))}; "
-                  f"{result.preflight.get('gpu_nodes_fitting', '?')} GPU node(s) fit); nothing created")
+                  f"(KubeRay CRD {', '.join(result.preflight.crd_versions)}; "
+                  f"{'?' if result.preflight.gpu_nodes_fitting is None else result.preflight.gpu_nodes_fitting} GPU "
+                  "node(s) fit); nothing created")
         return
     what = "created" if result.created else "already existed"
     extra = f" (Polyaxon run {result.polyaxon_uuid})" if result.polyaxon_uuid else ""

@@ -1,6 +1,7 @@
-"""Which head a verb talks to: the backend choice ('auto' = the local cluster of that name if one exists on
-this machine, else Kubernetes) and the head address (``--address``, ``$RAY_ADDRESS``, ``ray_address``, else the
-cluster made by ``up``). Reaching the address is :func:`miles_ray.adapters.ray_head.open_head`'s job."""
+"""Which head a verb talks to: the backend choice ('auto' = the local cluster of that name if this machine has
+one, running or parked, else Kubernetes; :func:`miles_ray.services.backends.for_cluster` dispatches on it) and
+the head address (``--address``, ``$RAY_ADDRESS``, ``ray_address``, else the cluster made by ``up``).
+Reaching the address is :func:`miles_ray.adapters.ray_head.open_head`'s job."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from miles_ray.core.heads import k8s_address, service_url
 from miles_ray.core.progress import Progress, say as _say
 from miles_ray.core.queues import kueue_pending_reason, kueue_queue_of, kueue_queued
 from miles_ray.services import saved_runs
-from miles_ray.services.backends.results import IdleReport, KubeScale, KubeStatus, SavedRuns
+from miles_ray.services.backends.results import IdleReport, KubeScale, KubeStatus, Preflight, SavedRuns
 from miles_ray.services.jobs import live_status
 from miles_ray.services.backends.idle import idle_report
 from miles_ray.services.queues import check_queue
@@ -129,10 +129,11 @@ def check_fields_known(rendered: dict, schema: dict | None) -> None:
 
 
 def preflight(cfg: MilesRayConfig, api_client, nodes: int, claim: bool, reconciling: bool = False,
-              rendered: dict | None = None) -> dict[str, Any]:
+              rendered: dict | None = None) -> Preflight:
     """Everything that must hold before anything is created. Raises a typed error saying what fails.
-    ``rendered``: the RayCluster that will be created, checked field by field against the installed CRD."""
-    report: dict[str, Any] = {}
+    ``claim``: the shared volume's claim must exist (KubeRay: miles-ray mounts it itself). ``rendered``: the
+    RayCluster that will be created, checked field by field against the installed CRD."""
+    report = Preflight()
     if not kube.namespace_exists(api_client, cfg.namespace):
         raise NotFound(f"namespace {cfg.namespace!r} does not exist",
                        hint=f"create it (kubectl create namespace {cfg.namespace}) or pass --namespace")
@@ -144,10 +145,10 @@ def preflight(cfg: MilesRayConfig, api_client, nodes: int, claim: bool, reconcil
     if "v1" not in versions:
         raise ClusterError(f"the installed KubeRay serves RayCluster versions {versions}, not v1",
                            hint="upgrade KubeRay to >= 1.0")
-    report["crd_versions"] = versions
+    report.crd_versions = versions
     queue = check_queue(cfg, api_client)
     if queue is not None:
-        report["queue"] = queue
+        report.queue = queue
     if rendered is not None:
         check_fields_known(rendered, kube.crd_schema(crd))
     if claim and not kube.pvc_exists(api_client, cfg.namespace, cfg.claim):
@@ -159,8 +160,8 @@ def preflight(cfg: MilesRayConfig, api_client, nodes: int, claim: bool, reconcil
         cpu = cfg.worker_cpu_request
         mem = kube.quantity(cfg.memory_per_node)
         fitting = cap.fitting(cfg.gpus_per_node, cpu, mem)
-        report["gpu_nodes"] = len(cap.nodes)
-        report["gpu_nodes_fitting"] = len(fitting)
+        report.gpu_nodes = len(cap.nodes)
+        report.gpu_nodes_fitting = len(fitting)
         if len(fitting) < nodes:
             eligible = [n for n in cap.nodes if n.eligible]
             busy = [n for n in eligible if n not in fitting]
@@ -267,7 +268,7 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
         time.sleep(POLL)
     out = raycluster_status(cfg, api, name)
     if ray_check:
-        out.ray = wait_ray_joined(cfg, api, name, want, progress, max(5.0, deadline - time.monotonic()))
+        out.ray = _wait_ray_joined(cfg, api, name, want, progress, max(5.0, deadline - time.monotonic()))
     return out
 
 
@@ -283,7 +284,7 @@ def _ready_workers(pods: list[dict]) -> list[dict]:
     return [p for p in pods if p["role"] == "worker" and p["ready"] and not p["deleting"]]
 
 
-def wait_ray_joined(cfg: MilesRayConfig, api, name: str, want: int, progress: Progress, timeout: float) -> dict:
+def _wait_ray_joined(cfg: MilesRayConfig, api, name: str, want: int, progress: Progress, timeout: float) -> dict:
     """Wait until ``want`` GPU worker pods of now are ALIVE in Ray (matched by pod IP: the Ray node of a pod
     deleted a moment ago stays ALIVE until its health check fails and does not count)."""
 

@@ -18,7 +18,7 @@ from miles_ray.services import k8s_clusters
 from miles_ray.services.backends import kube_common as kc
 from miles_ray.services.backends.idle import iso, park_gate
 from miles_ray.services.backends.results import (DownCluster, KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp,
-                                                 ParkedCluster, ParkResult, PolyaxonRunStatus)
+                                                 ParkedCluster, ParkResult, PolyaxonRunStatus, Preflight)
 
 
 def polyaxon_status(cfg: MilesRayConfig, rec: dict[str, Any], with_ray: bool = False) -> PolyaxonRunStatus:
@@ -34,7 +34,7 @@ def polyaxon_status(cfg: MilesRayConfig, rec: dict[str, Any], with_ray: bool = F
                              notices=[notice])
 
 
-def taken_down(cfg: MilesRayConfig) -> dict[str, Any] | None:
+def _taken_down(cfg: MilesRayConfig) -> dict[str, Any] | None:
     """What 'down' recorded of a cluster made through Polyaxon that no 'up' has made again, or None."""
     if state.read_json(state.kube_cluster_path(cfg.kube_context, cfg.namespace, cfg.name)) is not None:
         return None
@@ -103,14 +103,14 @@ class PolyaxonBackend:
                       f"{cfg.nodes} free GPU node(s) x {cfg.gpus_per_node}{token}) is skipped; Polyaxon's agent "
                       "schedules the operation")
             result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, warnings=objects.warnings,
-                            preflight={"skipped": "no kubeconfig"}, notices=[notice], kubernetes=False)
+                            preflight=Preflight(skipped="no kubeconfig"), notices=[notice], kubernetes=False)
             return self._create(cfg, None, objects, result, progress, timeout, dry_run, wait, ray_check)
         api = kc.client(cfg)
         say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
         report = kc.preflight(cfg, api, cfg.nodes, False)
         if cfg.ray_auth == "token":
             say(progress, f"preflight: the Ray token Secret {cfg.namespace}/{ray_token_secret(cfg)}")
-            report["ray_token_secret"] = kc.check_token_secret(cfg, api, ray_token_secret(cfg),
+            report.ray_token_secret = kc.check_token_secret(cfg, api, ray_token_secret(cfg),
                                                                "the operation's head and workers")
         result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
                         warnings=objects.warnings)
@@ -154,7 +154,7 @@ class PolyaxonBackend:
             p = rec["parked"]
             return ParkedCluster(name=cfg.name, backend=self.name, via=self.via, parked=True,
                                  parked_at=p.get("parked_at"), stopped_uuid=p.get("stopped_uuid"))
-        down_rec = taken_down(cfg)
+        down_rec = _taken_down(cfg)
         if down_rec is not None:
             return down_status(cfg, down_rec)
         rec = kc.cluster_record(cfg)
@@ -231,7 +231,7 @@ class PolyaxonBackend:
         """Stop and delete the run (and, with Kubernetes access, delete the RayCluster and wait for its pods),
         first saving the runs on it; a cluster already taken down is only shown."""
         saved = kc.save_runs(cfg)
-        down_rec = taken_down(cfg)
+        down_rec = _taken_down(cfg)
         if down_rec is not None:  # already taken down: say so (Polyaxon's view), nothing to do
             gone = down_status(cfg, down_rec)
             gone.update(already_down=True, saved_runs=saved)

@@ -13,6 +13,7 @@ from typing import Any, Union
 from pydantic import Field, PrivateAttr
 
 from miles_ray.core.results import Result
+from miles_ray.services.queues import QueueCheck
 
 Number = Union[int, float]  # kept as given: a count stays an int, a sum of floats a float
 
@@ -235,13 +236,24 @@ ClusterStatus = Union[LocalStatus, KubeStatus, PolyaxonRunStatus, DownCluster, P
 """What 'status' shows of a cluster: one of these, by backend and state."""
 
 
+class Preflight(Ordered):
+    """What 'up' checked on Kubernetes before creating anything (``skipped``: why it was not run)."""
+
+    skipped: str = ""
+    crd_versions: list[str] = Field(default_factory=list)
+    queue: QueueCheck | None = None
+    gpu_nodes: int = 0
+    gpu_nodes_fitting: int | None = None
+    ray_token_secret: str = ""
+
+
 class KubeUp(Ordered):
     """'up' on Kubernetes: the preflight, what was (or would be) created, and (``wait``) the cluster's status."""
 
     name: str
     namespace: str
     via: str
-    preflight: dict[str, Any]
+    preflight: Preflight
     warnings: list[str]
     notices: list[str] = Field(default_factory=list)
     kubernetes: bool = True
