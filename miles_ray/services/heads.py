@@ -6,13 +6,20 @@ Reaching the address is :func:`miles_ray.adapters.ray_head.open_head`'s job."""
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from miles_ray.adapters import local_ray, ray_head, state
 from miles_ray.core.builders import token_secret_of
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.heads import k8s_address, parse_head, service_url
+from miles_ray.core.heads import HeadAddress, k8s_address, parse_head, service_url
 
-KIND_BACKEND = {"kubernetes": "kuberay", "url": "address"}  # what resolve_address says of a head's kind
+# what resolve_address answers for an explicit head address, by its kind: (backend, address); a local cluster by
+# name is its dashboard URL, which run records keep
+BY_KIND: dict[str, Callable[[HeadAddress], tuple[str, str]]] = {
+    "local": lambda head: ("local", ray_head.local_dashboard(head.name or "")),
+    "kubernetes": lambda head: ("kuberay", head.address),
+    "url": lambda head: ("address", head.address),
+}
 
 
 def local_exists(name: str) -> bool:
@@ -59,9 +66,7 @@ def resolve_address(cfg: MilesRayConfig, address: str | None, backend: str = "au
                               (cfg.ray_address, "ray_address")):
         if candidate:
             head = parse_head(candidate, source)
-            if head.kind == "local":  # a local cluster by name: its dashboard URL, which run records keep
-                return "local", ray_head.local_dashboard(head.name or "")
-            return KIND_BACKEND[head.kind], head.address
+            return BY_KIND[head.kind](head)
     return dashboard_address(cfg, backend)
 
 
@@ -72,7 +77,7 @@ def recorded_head_auth(cfg: MilesRayConfig, address: str) -> tuple[str, str | No
     token Secret is the one the operation references) and any other as KubeRay's (the Secret named after it).
     None for a head that is not on Kubernetes."""
     head = parse_head(address)
-    if head.kind != "kubernetes":
+    if head.namespace is None:  # only the address of a RayCluster's head names a namespace
         return None
     rec = state.find_kube_cluster(cfg.kube_context, head.namespace or "", head.name or "") or {}
     via = rec.get("via") or ("polyaxon" if (head.name or "").startswith("plx-operation-") else "kuberay")

@@ -432,8 +432,11 @@ def _wait_kueue_workload(api, cfg: MilesRayConfig, name: str, uid: str, nodes: i
 
 
 def refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:
-    for rec in state.list_records():
-        if rec.get("cluster") != cfg.name or rec.get("backend") == "local":
+    """Refuse to shrink RayCluster ``name`` below what a pending or running run on it needs, or when a run on it
+    cannot be read (--force overrides)."""
+    on_it = saved_runs.records_on([k8s_address(cfg.namespace, name), service_url(cfg.namespace, name)])
+    for rec in on_it:
+        if rec.get("cluster") != cfg.name:
             continue
         need = int(rec.get("split", {}).get("nodes", 0))
         if need <= nodes:
@@ -445,8 +448,6 @@ def refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:
         if st == "UNREACHABLE":
             raise ConfigError(f"cannot tell whether run {rec['run']!r} (needs {need} GPU nodes) is still running",
                               hint="check with 'miles-ray status RUN', or pass --force")
-
-
 
 
 def autoscaler_owner(rc: dict[str, Any]) -> str | None:
