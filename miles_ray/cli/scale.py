@@ -32,7 +32,7 @@ def scale_cmd(
     clusters made by 'up' never turn it on).
     """
     cfg = cluster.config(config)
-    chosen = clusters.backend_for(cfg, cluster.backend.value)
+    chosen = clusters.scale_backend(cfg, cluster.backend.value)
     with progress_display(f"scaling {cfg.name} to {nodes} GPU node(s)",
                           timeout=timeout if chosen.on_this_machine or wait else None) as p:
         result = clusters.scale(cfg, chosen, nodes, progress=p, timeout=timeout, force=force, wait=wait,

@@ -14,7 +14,7 @@ from miles_ray.services.backends.results import (ClusterStatus, DownResult, Park
 from miles_ray.services.heads import local_exists, pick_backend
 
 # the backend choice is part of this service's surface (the verbs pick a backend before they call it)
-__all__ = ["backend_for", "down", "up_backend", "local_exists", "park", "pick_backend", "resume", "scale", "status", "up"]
+__all__ = ["backend_for", "down", "scale_backend", "up_backend", "local_exists", "park", "pick_backend", "resume", "scale", "status", "up"]
 
 
 def backend_for(cfg: MilesRayConfig, backend_choice: str = "auto", via: str | None = None) -> ClusterBackend:
@@ -40,6 +40,14 @@ def up(cfg: MilesRayConfig, backend: ClusterBackend, *, progress: Progress = Non
 def status(cfg: MilesRayConfig, backend: ClusterBackend, *, with_ray: bool = False) -> ClusterStatus:
     """The cluster's nodes and GPUs and since when it is idle, or that it is parked (or taken down)."""
     return backend.status(cfg, with_ray=with_ray)
+
+
+def scale_backend(cfg: MilesRayConfig, backend_choice: str) -> ClusterBackend:
+    """The backend 'scale' resizes the cluster on, once it is clear that nothing else owns the cluster's size
+    (KubeRay's in-tree autoscaler would undo a manual one)."""
+    backend = for_cluster(cfg, backend_choice)
+    backend.refuse_scale(cfg)
+    return backend
 
 
 def scale(cfg: MilesRayConfig, backend: ClusterBackend, nodes: int, *, progress: Progress = None,

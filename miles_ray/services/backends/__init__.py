@@ -30,6 +30,9 @@ class ClusterBackend(Protocol):
 
     def status(self, cfg: MilesRayConfig, *, with_ray: bool = False) -> ClusterStatus: ...
 
+    def refuse_scale(self, cfg: MilesRayConfig) -> None:
+        """Refuse, before anything starts, a cluster whose size something else owns (KubeRay's autoscaler)."""
+
     def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
               force: bool = False, wait: bool = True, ray_check: bool = True) -> ScaleResult: ...
 

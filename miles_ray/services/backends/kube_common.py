@@ -355,9 +355,9 @@ def raycluster_status(cfg: MilesRayConfig, api, name: str, with_ray: bool = Fals
 def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: float = 600, force: bool = False,
           wait: bool = True, ray_check: bool = True) -> KubeScale:
     """Resize the worker group of the configured cluster's RayCluster and (``wait``) wait until the new size is
-    ready (and in Ray). Refuses when KubeRay's autoscaler owns the replicas, when Kueue admits the cluster
-    (unless ``force``), below what a running job needs (unless ``force``), and a growth that cannot fit."""
-    refuse_scale_if_autoscaled(cfg)
+    ready (and in Ray). Refuses when Kueue admits the cluster
+    (unless ``force``), below what a running job needs (unless ``force``), and a growth that cannot fit (the
+    autoscaler is :func:`refuse_scale_if_autoscaled`'s, checked first)."""
     api = client(cfg)
     rec = cluster_record(cfg)
     name = rec["raycluster"]

@@ -118,6 +118,9 @@ class KubeRayBackend:
             st.idle = kc.idle_or_unknown(cfg)
         return st
 
+    def refuse_scale(self, cfg: MilesRayConfig) -> None:
+        kc.refuse_scale_if_autoscaled(cfg)
+
     def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
               force: bool = False, wait: bool = True, ray_check: bool = True) -> KubeScale:
         return kc.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)

@@ -52,6 +52,9 @@ class LocalBackend:
             st.idle = IdleReport(idle=None, reason=str(e).splitlines()[0])
         return st
 
+    def refuse_scale(self, cfg: MilesRayConfig) -> None:
+        """Nothing owns a local cluster's size but 'scale'."""
+
     def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
               force: bool = False, wait: bool = True, ray_check: bool = True) -> LocalScale:
         if not force:
