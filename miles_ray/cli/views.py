@@ -1,5 +1,5 @@
 """Tables and lines that more than one verb prints (a verb module never imports another verb module: what two
-verbs show alike lives here)."""
+verbs show alike lives here), and the views of the cluster verbs' typed results, each chosen by the result's type."""
 
 from __future__ import annotations
 
