@@ -19,9 +19,13 @@ Number = Union[int, float]  # kept as given: a count stays an int, a sum of floa
 
 
 class Ordered(Result):
-    """A result whose JSON keeps its keys in the order they were set, as the dict it replaces did."""
+    """A result whose JSON keeps its keys in the order they were set, as the dict it replaces did: the keyword
+    arguments' order, then each attribute set afterwards (``model_validate`` keeps the fields' order)."""
 
     _keys: list[str] = PrivateAttr(default_factory=list)
+
+    def model_post_init(self, context: Any) -> None:
+        self._keys = [name for name in type(self).model_fields if name in self.model_fields_set]
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)
