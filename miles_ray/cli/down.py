@@ -7,6 +7,7 @@ from miles_ray.cli.common import (ConfigOpt, Output, OutputOpt, YesOpt, confirm,
 from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.cli.views import down_line
 from miles_ray.services import clusters
+from miles_ray.services.backends.results import DownCluster
 
 
 @cluster_options
@@ -24,19 +25,19 @@ def down_cmd(
     """
 
     cfg = cluster.config(config)
-    chosen = clusters.pick_backend(cluster.backend.value, cfg)
-    if chosen != "local" and not yes:
+    chosen = clusters.backend_for(cfg, cluster.backend.value)
+    if not chosen.on_this_machine and not yes:
         confirm(f"delete cluster {cfg.name!r} in namespace {cfg.namespace}? storage is kept",
                 refusal=f"refusing to delete cluster {cfg.name!r} without confirmation")
-    with progress_display(f"deleting cluster {cfg.name} ({chosen}); storage and checkpoints are kept"):
+    with progress_display(f"deleting cluster {cfg.name} ({chosen.name}); storage and checkpoints are kept"):
         result = clusters.down(cfg, chosen)
-    notices(result)
-    if result.get("already_down"):
+    notices(result.to_json())
+    if isinstance(result, DownCluster):  # taken down before: Polyaxon's view of its run
         emit(result, output, lambda: err.print(down_line(result) + "; nothing to do"))
         return
-    emit(result, output, lambda: err.print(f"cluster {cfg.name!r} is down ({chosen}); storage and checkpoints kept"))
-    saved = result.get("saved_runs") or {}
-    if output is Output.table and saved.get("saved"):
-        err.print(f"saved the logs and job info of run(s) {', '.join(saved['saved'])} ('miles-ray logs RUN' reads them)")
-    for run, why in (saved.get("not_saved") or {}).items():
+    emit(result, output, lambda: err.print(f"cluster {cfg.name!r} is down ({chosen.name}); storage and checkpoints kept"))
+    saved = result.saved_runs
+    if output is Output.table and saved is not None and saved.saved:
+        err.print(f"saved the logs and job info of run(s) {', '.join(saved.saved)} ('miles-ray logs RUN' reads them)")
+    for run, why in (saved.not_saved if saved is not None else {}).items():
         warn(f"could not save the logs of run {run}: {why}")

@@ -6,11 +6,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, job_state_exit, notices, out
+from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, job_state_exit, notices
 from miles_ray.cli.options import ClusterFlags, cluster_options
-from miles_ray.cli.views import kube_status_table, nodes_table, run_status_line
-from miles_ray.core.errors import ClusterError
-from miles_ray.services import clusters, lifecycle
+from miles_ray.cli.views import cluster_status, run_status_line
+from miles_ray.services import clusters
 from miles_ray.services.runs import pick_run, run_status
 
 
@@ -38,30 +37,6 @@ def status_cmd(
         return
 
     cfg = cluster.config(config)
-    chosen = lifecycle.pick_backend(cluster.backend.value, cfg)
-    parked = lifecycle.parked_record(cfg, chosen)
-    if parked is not None:
-        emit(parked, output, lambda: out.print(f"cluster {cfg.name}: [bold]parked[/] since {parked['parked_at']}; "
-                                               "'miles-ray resume' brings it back"))
-        return
-    status = clusters.status(cfg, chosen, **({} if chosen == "local" else {"with_ray": ray}))
-    notices(status)
-    if chosen == "local" or (ray and not status.get("down")):
-        try:
-            status["idle"] = lifecycle.cluster_idle(cfg, chosen, status if chosen == "local" else None)
-        except ClusterError as e:
-            status["idle"] = {"idle": None, "reason": str(e).splitlines()[0]}
-
-    def table() -> None:
-        nodes_table(status) if chosen == "local" else kube_status_table(status)
-        queue = status.get("queue") or {}
-        if queue.get("queued"):
-            out.print(f"queued: Kueue has not admitted it yet (LocalQueue {queue['queue']}): {queue['reason']}")
-        elif status.get("state") == "suspended":
-            out.print("parked (spec.suspend: true); 'miles-ray resume' brings it back")
-        idle = status.get("idle")
-        if idle:
-            out.print(f"idle since {idle['since']} ({idle['idle_seconds']:.0f}s): {idle['reason']}" if idle["idle"]
-                      else f"busy: {idle['reason']}" if idle["idle"] is False else f"idle: unknown ({idle['reason']})")
-
-    emit(status, output, table)
+    status = clusters.status(cfg, clusters.backend_for(cfg, cluster.backend.value), with_ray=ray)
+    notices(status.to_json())
+    emit(status, output, lambda: cluster_status(status))

@@ -8,16 +8,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, BackendOption, ConfigOpt, ContextOpt, GpusOpt, ImageOpt,
-                                  KubeconfigOpt, LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, Output, OutputOpt,
-                                  QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt,
-                                  RolloutNodesOpt, SchedulerOpt, TimeoutOpt, config_flags, emit, err, notices, out,
+from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt, NodesOpt, Output,
+                                  OutputOpt, QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
+                                  RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, TimeoutOpt, emit, err, notices, out,
                                   progress_display, warn)
+from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.errors import ConfigError
-from miles_ray.cli.views import kube_summary, nodes_table
+from miles_ray.cli.views import cluster_table
 from miles_ray.core.builders import NO_AUTH_WARNING
-from miles_ray.core.config import load_config
 from miles_ray.services import clusters
+from miles_ray.services.backends.results import KubeUp, LocalUp
 from miles_ray.services.single_node import up_single_node
 
 
@@ -31,11 +31,11 @@ class DryRun(str, Enum):
     server = "server"
 
 
+@cluster_options
 def up_cmd(
     nodes: NodesOpt = None,
     gpus_per_node: GpusOpt = None,
-    name: NameOpt = None,
-    backend: BackendOption = Backend.auto,
+    cluster: ClusterFlags = ClusterFlags(),
     via: Annotated[Via, typer.Option("--via", help="kubernetes: create a Polyaxon raycluster operation, or the KubeRay RayCluster directly")] = Via.polyaxon,
     dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: preflight only; server: also the API server's dry run of the create", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every GPU worker has joined Ray")] = True,
@@ -50,9 +50,6 @@ def up_cmd(
     queue: QueueOpt = None,
     scheduler: SchedulerOpt = None,
     ray_auth: RayAuthOpt = None,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
     recipe_file: RecipeFileOpt = None,
     timeout: TimeoutOpt = 600.0,
     config: ConfigOpt = None,
@@ -79,11 +76,11 @@ def up_cmd(
       miles-ray up --nodes 4 --image radixark/miles:latest@sha256:<64 hex> --ray-version 2.60.0
       miles-ray up --single-node --image radixark/miles:latest@sha256:<64 hex>
     """
-    cfg = load_config(config_flags(nodes=nodes, gpus_per_node=gpus_per_node, name=name, recipe=recipe, layout=layout,
-                                   rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image,
-                                   ray_version=ray_version, allow_unpinned=allow_unpinned, namespace=namespace,
-                                   kube_context=context, kubeconfig=kubeconfig, recipe_file=recipe_file,
-                                   queue=queue, scheduler=scheduler, ray_auth=ray_auth), config)
+    cfg = cluster.config(config, nodes=nodes, gpus_per_node=gpus_per_node, recipe=recipe, layout=layout,
+                         rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
+                         allow_unpinned=allow_unpinned, recipe_file=recipe_file, queue=queue, scheduler=scheduler,
+                         ray_auth=ray_auth)
+    backend = cluster.backend
     if cfg.ray_auth == "none":
         warn(NO_AUTH_WARNING)
     if single_node:
@@ -100,22 +97,14 @@ def up_cmd(
                                                f"created: Polyaxon run {result.polyaxon_uuid} [{result.status}]")
             + f" in {cfg.polyaxon_owner}/{cfg.polyaxon_project}"))
         return
-    chosen = clusters.pick_backend(backend.value, cfg)
-    kube = {}
-    if chosen == "local":
-        if dry_run:
-            raise ConfigError("--dry-run applies to --backend kubernetes", hint="'miles-ray plan' checks a split")
-    else:
-        kube = {"via": via.value, "dry_run": dry_run.value if dry_run else None, "wait": wait, "ray_check": ray_check}
-    bounded = chosen == "local" or (wait and not dry_run)
-    with progress_display(f"starting {chosen} cluster {cfg.name}", timeout=timeout if bounded else None) as p:
-        status = clusters.up(cfg, chosen, progress=p, timeout=timeout, **kube)
-    if status.get("already_running"):
+    chosen = clusters.up_backend(cfg, backend.value, via.value, dry_run.value if dry_run else None)
+    bounded = chosen.on_this_machine or (wait and not dry_run)
+    with progress_display(f"starting {chosen.name} cluster {cfg.name}", timeout=timeout if bounded else None) as p:
+        result = clusters.up(cfg, chosen, progress=p, timeout=timeout, dry_run=dry_run.value if dry_run else None,
+                             wait=wait, ray_check=ray_check)
+    if isinstance(result, LocalUp) and result.already_running:
         err.print(f"cluster {cfg.name!r} is already running; nothing changed (use 'miles-ray scale' to resize)")
-    for w in status.get("warnings", []):
+    for w in result.warnings if isinstance(result, KubeUp) else []:
         warn(w)
-    notices(status)
-    if chosen == "local":
-        emit(status, output, lambda: nodes_table(status))
-    else:
-        emit(status, output, lambda: kube_summary(status))
+    notices(result.to_json())
+    emit(result, output, lambda: cluster_table(result))

@@ -1,5 +1,5 @@
 """Tables and lines that more than one verb prints (a verb module never imports another verb module: what two
-verbs show alike lives here)."""
+verbs show alike lives here), and the views of the cluster verbs' typed results, each chosen by the result's type."""
 
 from __future__ import annotations
 
@@ -10,76 +10,143 @@ from rich.table import Table
 from miles_ray.cli.common import Output, err, out
 from miles_ray.core.runs import RunStatus, SavedCopySource
 from miles_ray.services import runs
+from miles_ray.services.backends.results import (DownCluster, KubeResume, KubeScale, KubeStatus, KubeUp, LocalCluster,
+                                                 ParkedCluster, ParkResult, PolyaxonRunStatus)
 
 
-def nodes_table(status: dict) -> None:
-    t = Table("node", "role", "state", "GPUs", "CPUs", "address", title=f"cluster {status['name']} ({status['backend']})",
+# -- clusters (up, status, scale, resume, down): the view is chosen by the result's type --
+
+def nodes_table(status: LocalCluster) -> None:
+    """A local cluster: its Ray nodes."""
+    t = Table("node", "role", "state", "GPUs", "CPUs", "address", title=f"cluster {status.name} ({status.backend})",
               title_justify="left")
-    for n in status.get("nodes", []):
+    for n in status.nodes:
         t.add_row(str(n.get("index", "")), "head" if n.get("is_head") else "gpu worker", n.get("state", ""),
                   f"{n.get('gpus', 0):g}", f"{n['cpus']:g}" if isinstance(n.get("cpus"), (int, float)) else "",
                   n.get("node_ip", ""))
     out.print(t)
-    out.print(f"{status['gpu_node_count']} GPU worker(s), {status['total_gpus']:g} GPUs, dashboard / Jobs API "
-              f"{status['dashboard_url']}")
+    out.print(f"{status.gpu_node_count} GPU worker(s), {status.total_gpus:g} GPUs, dashboard / Jobs API "
+              f"{status.dashboard_url}")
 
 
-def kube_summary(result: dict) -> None:
-    if result.get("dry_run") and result.get("kubernetes") is False:
-        out.print(f"dry run ({result['dry_run']}): operation validated and Polyaxon project checked for "
-                  f"{result['name']}; Kubernetes preflight skipped (no kubeconfig); nothing created")
+def kube_summary(result: KubeUp) -> None:
+    """'up' on Kubernetes: what the preflight found, what was created, and the cluster once ready."""
+    if result.dry_run and not result.kubernetes:
+        out.print(f"dry run ({result.dry_run}): operation validated and Polyaxon project checked for "
+                  f"{result.name}; Kubernetes preflight skipped (no kubeconfig); nothing created")
         return
-    if result.get("dry_run"):
-        out.print(f"dry run ({result['dry_run']}): preflight passed for {result['name']} in {result['namespace']} "
-                  f"(KubeRay CRD {', '.join(result['preflight'].get('crd_versions', []))}; "
-                  f"{result['preflight'].get('gpu_nodes_fitting', '?')} GPU node(s) fit); nothing created")
+    if result.dry_run:
+        out.print(f"dry run ({result.dry_run}): preflight passed for {result.name} in {result.namespace} "
+                  f"(KubeRay CRD {', '.join(result.preflight.crd_versions)}; "
+                  f"{'?' if result.preflight.gpu_nodes_fitting is None else result.preflight.gpu_nodes_fitting} GPU "
+                  "node(s) fit); nothing created")
         return
-    what = "created" if result.get("created") else "already existed"
-    extra = f" (Polyaxon run {result['polyaxon_uuid']})" if result.get("polyaxon_uuid") else ""
-    out.print(f"cluster {result['name']} {what} in {result['namespace']} via {result['via']}{extra}")
-    if result.get("status"):
-        kube_status_table(result["status"])
+    what = "created" if result.created else "already existed"
+    extra = f" (Polyaxon run {result.polyaxon_uuid})" if result.polyaxon_uuid else ""
+    out.print(f"cluster {result.name} {what} in {result.namespace} via {result.via}{extra}")
+    if result.status is not None:
+        kube_status_table(result.status)
 
 
-def polyaxon_status_table(st: dict) -> None:
+def polyaxon_status_table(st: PolyaxonRunStatus) -> None:
     """A Polyaxon-made cluster seen through Polyaxon only (no kubeconfig): the run and its conditions."""
-    t = Table("condition", "status", "reason", "message", title=f"Polyaxon run {st['polyaxon_uuid']} "
-              f"({st['polyaxon_project']}), RayCluster {st['namespace']}/{st['raycluster']}", title_justify="left")
-    for c in st.get("polyaxon_conditions") or []:
+    t = Table("condition", "status", "reason", "message", title=f"Polyaxon run {st.polyaxon_uuid} "
+              f"({st.polyaxon_project}), RayCluster {st.namespace}/{st.raycluster}", title_justify="left")
+    for c in st.polyaxon_conditions:
         t.add_row(c.get("type") or "", c.get("status") or "", c.get("reason") or "", (c.get("message") or "")[:100])
     out.print(t)
-    out.print(f"cluster {st['name']}: Polyaxon run {st['polyaxon_status']}")
+    out.print(f"cluster {st.name}: Polyaxon run {st.polyaxon_status}")
 
 
-def down_line(st: dict) -> str:
+def down_line(st: DownCluster) -> str:
     """A cluster 'down' took away: its Polyaxon run as Polyaxon sees it now."""
-    run = (f"Polyaxon run {st['polyaxon_uuid']} ({st['polyaxon_project']}) "
-           + (f"is {st['polyaxon_status']}" + (", being deleted" if st.get("polyaxon_deleting") else "")
-              if st.get("polyaxon_status") else "is deleted (Polyaxon no longer has it)"))
-    return (f"cluster {st['name']}: down since {st.get('down_at') or '?'} ('miles-ray down' stopped and deleted its "
+    run = (f"Polyaxon run {st.polyaxon_uuid} ({st.polyaxon_project}) "
+           + (f"is {st.polyaxon_status}" + (", being deleted" if st.polyaxon_deleting else "")
+              if st.polyaxon_status else "is deleted (Polyaxon no longer has it)"))
+    return (f"cluster {st.name}: down since {st.down_at or '?'} ('miles-ray down' stopped and deleted its "
             f"{run}); 'miles-ray up' creates it again")
 
 
-def kube_status_table(st: dict) -> None:
-    if st.get("down"):
+def parked_line(st: ParkedCluster) -> None:
+    out.print(f"cluster {st.name}: [bold]parked[/] since {st.parked_at}; 'miles-ray resume' brings it back")
+
+
+def kube_status_table(st: KubeStatus | KubeScale | PolyaxonRunStatus | DownCluster) -> None:
+    """A cluster on Kubernetes: its pods and workers (or, taken down or without a kubeconfig, its Polyaxon run)."""
+    if isinstance(st, DownCluster):
         out.print(down_line(st))
         return
-    if st.get("kubernetes") is False:
+    if isinstance(st, PolyaxonRunStatus):
         polyaxon_status_table(st)
         return
-    t = Table("pod", "role", "phase", "node", "reason", title=f"RayCluster {st['namespace']}/{st['raycluster']}",
+    t = Table("pod", "role", "phase", "node", "reason", title=f"RayCluster {st.namespace}/{st.raycluster}",
               title_justify="left")
-    for p in st["pods"]:
+    for p in st.pods:
         t.add_row(p["name"], p["role"], p["phase"] + (" ready" if p["ready"] else ""), p["node"] or "-",
                   (p["reason"] + (": " + p["message"][:80] if p["message"] else "")) or "")
     out.print(t)
-    line = (f"workers ready {st['ready_workers']}/{st['desired_workers']}, GPUs {st['ready_gpus']} "
-            f"(desired {st['desired_gpus']}), state {st.get('state')}")
-    if st.get("ray_nodes_alive") is not None:
-        line += f", Ray nodes alive {st['ray_nodes_alive']} ({st.get('ray_gpus')} GPUs)"
-    if st.get("polyaxon_uuid"):
-        line += f", Polyaxon run {st['polyaxon_uuid']} {st.get('polyaxon_status')}"
+    line = (f"workers ready {st.ready_workers}/{st.desired_workers}, GPUs {st.ready_gpus} "
+            f"(desired {st.desired_gpus}), state {st.state}")
+    if st.ray_nodes_alive is not None:
+        line += f", Ray nodes alive {st.ray_nodes_alive} ({st.ray_gpus} GPUs)"
+    if st.polyaxon_uuid:
+        line += f", Polyaxon run {st.polyaxon_uuid} {st.polyaxon_status}"
     out.print(line)
+
+
+def cluster_table(result: object) -> None:
+    """The cluster a verb left (up, status, scale, resume), by its type: a local cluster's nodes, a Kubernetes
+    one's pods, a parked one's line."""
+    if isinstance(result, LocalCluster):
+        nodes_table(result)
+    elif isinstance(result, KubeUp):
+        kube_summary(result)
+    elif isinstance(result, ParkedCluster):
+        parked_line(result)
+    elif isinstance(result, (KubeStatus, KubeScale, PolyaxonRunStatus, DownCluster)):
+        kube_status_table(result)
+
+
+def cluster_status(status: object) -> None:
+    """'status' of a cluster: its table, then whether Kueue holds it, it is parked, or since when it is idle."""
+    cluster_table(status)
+    if isinstance(status, KubeStatus) and status.queue.get("queued"):
+        out.print(f"queued: Kueue has not admitted it yet (LocalQueue {status.queue['queue']}): "
+                  f"{status.queue['reason']}")
+    elif isinstance(status, KubeStatus) and status.state == "suspended":
+        out.print("parked (spec.suspend: true); 'miles-ray resume' brings it back")
+    idle = getattr(status, "idle", None)
+    if idle:
+        out.print(f"idle since {idle.since} ({idle.idle_seconds:.0f}s): {idle.reason}" if idle.idle
+                  else f"busy: {idle.reason}" if idle.idle is False else f"idle: unknown ({idle.reason})")
+
+
+def scaled(result: LocalCluster | KubeScale) -> None:
+    """'scale': the cluster at its new size (on Kubernetes without --wait: only that it was asked)."""
+    if isinstance(result, KubeScale) and not result.waited:
+        err.print(f"scaled {result.name} to {result.to}")
+    else:
+        cluster_table(result)
+
+
+def park_line(result: ParkResult) -> None:
+    """'park': parked now, already, or not (and why)."""
+    if not result.parked:
+        err.print(f"cluster {result.name!r} {result.reason}")
+    elif result.already_parked:
+        err.print(f"cluster {result.name!r} was already parked")
+    else:
+        err.print(f"cluster {result.name!r} is parked; 'miles-ray resume' brings it back")
+
+
+def resumed(result: LocalCluster | KubeResume) -> None:
+    """'resume': the cluster back (a local one's nodes; a Kubernetes one's pods, once waited for)."""
+    if isinstance(result, KubeResume):
+        if result.status is not None:
+            cluster_table(result.status)
+    else:
+        cluster_table(result)
+    err.print(f"cluster {result.name!r} " + ("resumed" if result.resumed else "was not parked"))
 
 
 # -- runs --

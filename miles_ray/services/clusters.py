@@ -1,92 +1,86 @@
-"""Cluster lifecycle across backends: the embedded local Ray cluster and Kubernetes (KubeRay/Polyaxon).
-
-The CLI calls these; they call the adapters (local) or :mod:`miles_ray.services.k8s_clusters` (Kubernetes).
-Backend 'auto' means: the local cluster of that name if one exists on this machine, else Kubernetes
-(:func:`miles_ray.services.heads.pick_backend`).
-"""
+"""The cluster verbs' service: which backend a cluster is on (:func:`backend_for`, the one dispatch of
+:mod:`miles_ray.services.backends`), and each verb's call on it, returning one typed result."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from miles_ray.adapters import local_ray, state
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, ConfigError
-from miles_ray.core.heads import LOCAL_SCHEME, k8s_address, service_url
-from miles_ray.services import k8s_clusters, saved_runs
-from miles_ray.services.heads import local_exists, pick_backend
-from miles_ray.services.jobs import live_status
+from miles_ray.core.errors import ConfigError
+from miles_ray.core.prepare import resolve_plan
+from miles_ray.core.planner import summary_line
 from miles_ray.core.progress import Progress
-
+from miles_ray.services.backends import ClusterBackend, for_cluster
+from miles_ray.services.backends.results import (ClusterStatus, DownResult, ParkResult, ResumeResult, ScaleResult,
+                                                 UpResult)
+from miles_ray.services.heads import local_exists, pick_backend
 
 # the backend choice is part of this service's surface (the verbs pick a backend before they call it)
-__all__ = ["down", "local_exists", "pick_backend", "scale", "status", "up"]
+__all__ = ["backend_for", "down", "scale_backend", "up_backend", "local_exists", "park", "pick_backend", "resume", "scale", "status", "up"]
 
 
-def up(cfg: MilesRayConfig, backend: str, progress: Progress = None, timeout: float = 300, **kube: Any) -> dict:
-    if backend == "local":
-        # Local fake nodes advertise one CPU per GPU plus one spare (Miles's bundles are {GPU:1, CPU:1}).
-        return local_ray.up(state.local_clusters_dir(), cfg.name, cfg.nodes, cfg.gpus_per_node,
-                            cfg.gpus_per_node + 1, progress=progress, timeout=timeout, auth=cfg.ray_auth)
-    return k8s_clusters.up(cfg, progress=progress, timeout=timeout, **kube)
+def backend_for(cfg: MilesRayConfig, backend_choice: str = "auto", via: str | None = None) -> ClusterBackend:
+    """The backend of the configured cluster (``backend_choice``: auto, local or kubernetes; ``via`` for 'up')."""
+    return for_cluster(cfg, backend_choice, via)
 
 
-def status(cfg: MilesRayConfig, backend: str, **kube: Any) -> dict:
-    if backend == "local":
-        return local_ray.status(state.local_clusters_dir(), cfg.name)
-    return k8s_clusters.status(cfg, **kube)
+def up_backend(cfg: MilesRayConfig, backend_choice: str, via: str, dry_run: str | None = None) -> ClusterBackend:
+    """The backend 'up' creates the cluster on: the local cluster of that name if this machine has one ('auto'),
+    else Kubernetes, where ``via`` decides. A dry run is the Kubernetes API server's: refused locally."""
+    backend = for_cluster(cfg, backend_choice, via)
+    if dry_run and backend.on_this_machine:
+        raise ConfigError("--dry-run applies to --backend kubernetes", hint="'miles-ray plan' checks a split")
+    return backend
 
 
-def scale(cfg: MilesRayConfig, backend: str, nodes: int, progress: Progress = None, timeout: float = 300,
-          force: bool = False, **kube: Any) -> dict:
-    if backend == "local":
-        if not force:
-            refuse_shrink_below_running_jobs(cfg, nodes, local_ray.status(state.local_clusters_dir(), cfg.name))
-        return local_ray.scale(state.local_clusters_dir(), cfg.name, nodes, progress=progress, timeout=timeout)
-    return k8s_clusters.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, **kube)
+def up(cfg: MilesRayConfig, backend: ClusterBackend, *, progress: Progress = None, timeout: float = 600,
+       dry_run: str | None = None, wait: bool = True, ray_check: bool = True) -> UpResult:
+    """Create the cluster and (``wait``) wait until every GPU worker has joined Ray; idempotent by name."""
+    return backend.up(cfg, progress=progress, timeout=timeout, dry_run=dry_run, wait=wait, ray_check=ray_check)
 
 
-def down(cfg: MilesRayConfig, backend: str, **kube: Any) -> dict:
+def status(cfg: MilesRayConfig, backend: ClusterBackend, *, with_ray: bool = False) -> ClusterStatus:
+    """The cluster's nodes and GPUs and since when it is idle, or that it is parked (or taken down)."""
+    return backend.status(cfg, with_ray=with_ray)
+
+
+def scale_backend(cfg: MilesRayConfig, backend_choice: str) -> ClusterBackend:
+    """The backend 'scale' resizes the cluster on, once it is clear that nothing else owns the cluster's size
+    (KubeRay's in-tree autoscaler would undo a manual one)."""
+    backend = for_cluster(cfg, backend_choice)
+    backend.refuse_scale(cfg)
+    return backend
+
+
+def scale(cfg: MilesRayConfig, backend: ClusterBackend, nodes: int, *, progress: Progress = None,
+          timeout: float = 300, force: bool = False, wait: bool = True, ray_check: bool = True) -> ScaleResult:
+    """Resize the GPU worker group; for a size above 0 the result also carries the split recommended for the new
+    size, for the cluster as it was made (its workers' GPUs, not the configured default)."""
+    result = backend.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait,
+                           ray_check=ray_check)
+    if nodes > 0:
+        gpn = result.gpus_each or cfg.gpus_per_node
+        _, plan = resolve_plan(cfg.model_copy(update={"nodes": nodes, "gpus_per_node": gpn}))
+        result.recommended_split = plan.model_dump(mode="json", include={"feasible", "layout", "miles_args", "errors"})
+        result.split_summary = summary_line(plan)
+    return result
+
+
+def park(cfg: MilesRayConfig, backend: ClusterBackend, *, force: bool = False, if_idle_for: float | None = None,
+         wait: bool = True, timeout: float = 300, progress: Progress = None) -> ParkResult:
+    """Free the cluster's GPUs and keep everything needed to bring it back with 'resume'. Refuses under a
+    running job unless ``force``; with ``if_idle_for`` (seconds) parks only a cluster idle at least that long
+    (``parked`` False says why not). The driver logs of the runs on it are saved first (their Ray job info
+    goes with the pods)."""
+    return backend.park(cfg, force=force, if_idle_for=if_idle_for, wait=wait, timeout=timeout, progress=progress)
+
+
+def resume(cfg: MilesRayConfig, backend: ClusterBackend, *, wait: bool = True, ray_check: bool = True,
+           timeout: float = 600, progress: Progress = None) -> ResumeResult:
+    """Bring a parked cluster back and (``wait``) wait until every GPU worker has rejoined Ray, as 'up' does.
+    A cluster that is not parked is only waited for."""
+    return backend.resume(cfg, wait=wait, ray_check=ray_check, timeout=timeout, progress=progress)
+
+
+def down(cfg: MilesRayConfig, backend: ClusterBackend) -> DownResult:
     """Delete the cluster, first saving the driver logs and job info of every run recorded on it
     (:mod:`miles_ray.services.saved_runs`); ``saved_runs`` in the result says which were saved."""
-    if backend == "local" and state.read_parked_local(cfg.name) is not None and not local_exists(cfg.name):
-        state.remove_parked_local(cfg.name)  # parked: its processes are already gone
-        return {"name": cfg.name, "was_parked": True, "saved_runs": {"saved": [], "not_saved": {}}}
-    saved = save_runs_before_down(cfg, backend)
-    if backend == "local":
-        out = local_ray.down(state.local_clusters_dir(), cfg.name)
-    else:
-        out = k8s_clusters.down(cfg, **kube)
-    return {**out, "saved_runs": saved}
-
-
-def save_runs_before_down(cfg: MilesRayConfig, backend: str) -> dict:
-    """Save the jobs of the runs recorded on this cluster (by any of the addresses its head is known by)."""
-    if backend == "local":
-        head = f"{LOCAL_SCHEME}{cfg.name}"
-        addresses = [head]
-        try:
-            addresses.append(local_ray.status(state.local_clusters_dir(), cfg.name)["dashboard_url"])
-        except ClusterError:
-            pass
-    else:
-        rc = k8s_clusters.cluster_record(cfg)["raycluster"]
-        head = k8s_address(cfg.namespace, rc)
-        addresses = [head, service_url(cfg.namespace, rc)]
-    return saved_runs.save_cluster_runs(saved_runs.records_on(addresses), head, kube_context=cfg.kube_context,
-                                        kubeconfig=cfg.kubeconfig).to_json()
-
-
-def refuse_shrink_below_running_jobs(cfg: MilesRayConfig, nodes: int, status: dict) -> None:
-    """Refuse to remove GPU nodes that a running miles-ray job of this cluster needs (--force overrides)."""
-    current = status.get("gpu_node_count", 0)
-    if nodes >= current:
-        return
-    for rec in state.list_records():
-        if rec.get("cluster") != cfg.name or rec.get("address") != status.get("dashboard_url"):
-            continue
-        need = int(rec.get("split", {}).get("nodes", 0))
-        if need > nodes and live_status(rec) in {"PENDING", "RUNNING"}:
-            raise ConfigError(
-                f"run {rec['run']!r} is {live_status(rec)} and needs {need} GPU nodes; scaling to {nodes} would "
-                "take GPUs from under it", hint="stop the run first, or pass --force")
+    return backend.down(cfg)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from miles_ray.services.lifecycle import autoscaler_owner
+from miles_ray.services.backends.idle import judge_idle
+from miles_ray.services.backends.kube_common import autoscaler_owner
 from tests.unit.test_builders import CASES, _docs
 
 
@@ -47,43 +48,33 @@ def _job(jid: str, status: str, end: float | None = None) -> dict:
 
 
 def test_idle_since_the_head_started_when_nothing_ever_ran() -> None:
-    from miles_ray.services.lifecycle import judge_idle
-
     r = judge_idle(_act("INACTIVE"), [])
-    assert r["idle"] is True and r["idle_seconds"] == 100.0 and r["last_job_end"] is None
-    assert r["reason"] == "no job pending or running; none has run since the head started"
+    assert r.idle is True and r.idle_seconds == 100.0 and r.last_job_end is None
+    assert r.reason == "no job pending or running; none has run since the head started"
 
 
 def test_a_running_job_or_a_running_plain_driver_is_busy() -> None:
-    from miles_ray.services.lifecycle import judge_idle
-
     r = judge_idle(_act("ACTIVE", "Number of active drivers: 1"), [_job("busy", "RUNNING")])
-    assert r == {"idle": False, "busy_jobs": ["busy"],
+    assert r.to_json() == {"idle": False, "busy_jobs": ["busy"],
                  "reason": "Number of active drivers: 1, job(s) pending or running: busy"}
     # a driver that is no job's (python + ray.init on the head) is listed as a RUNNING job of its own
     r = judge_idle(_act("INACTIVE"), [_job("02000000", "RUNNING"), _job("old", "SUCCEEDED", T0 + 10)])
-    assert r["idle"] is False and r["busy_jobs"] == ["02000000"]
+    assert r.idle is False and r.busy_jobs == ["02000000"]
 
 
 def test_drivers_counted_active_after_every_job_ended_are_not_activity() -> None:
-    from miles_ray.services.lifecycle import judge_idle
-
     r = judge_idle(_act("ACTIVE", "Number of active drivers: 1", last=T0 + 40), [_job("busy", "STOPPED", T0 + 40)])
-    assert r["idle"] is True and r["idle_seconds"] == 60.0
-    assert r["reason"].endswith("; Ray still counts driver(s) of ended jobs as active (Number of active drivers: 1)")
+    assert r.idle is True and r.idle_seconds == 60.0
+    assert r.reason.endswith("; Ray still counts driver(s) of ended jobs as active (Number of active drivers: 1)")
 
 
 def test_a_failed_activity_api_leaves_the_job_list_to_decide() -> None:
-    from miles_ray.services.lifecycle import judge_idle
-
     err = _act("ERROR", "TimeoutError()")
     r = judge_idle(err, [_job("a", "SUCCEEDED", T0 + 70)])
-    assert r["idle"] is True and r["idle_seconds"] == 30.0 and "activity API failed (TimeoutError())" in r["reason"]
-    assert judge_idle(err, [_job("a", "PENDING")])["idle"] is False
+    assert r.idle is True and r.idle_seconds == 30.0 and "activity API failed (TimeoutError())" in r.reason
+    assert judge_idle(err, [_job("a", "PENDING")]).idle is False
 
 
 def test_no_job_and_no_head_start_cannot_be_told() -> None:
-    from miles_ray.services.lifecycle import judge_idle
-
     r = judge_idle({"status": "INACTIVE", "observed_at": T0}, [])
-    assert r == {"idle": None, "reason": "Ray reports no job and no head start time"}
+    assert r.to_json() == {"idle": None, "reason": "Ray reports no job and no head start time"}

@@ -1,0 +1,196 @@
+"""The KubeRay backend: miles-ray creates the RayCluster itself; parking suspends it (spec.suspend: KubeRay deletes
+its pods, the object, claims and checkpoints stay)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from miles_ray.adapters import kube, state
+from miles_ray.core.builders import kuberay_token_secret
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.errors import ConfigError, Conflict, TimedOut
+from miles_ray.core.prepare import ClusterDocuments
+from miles_ray.core.progress import Progress, say
+from miles_ray.services import k8s_clusters
+from miles_ray.services.backends import kube_common as kc
+from miles_ray.services.backends.idle import park_gate
+from miles_ray.services.backends.results import KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp, ParkResult
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def refuse_kueue(rc: dict[str, Any]) -> None:
+    """Kueue owns spec.suspend of a RayCluster it admits: park and resume never toggle it there."""
+    queue = ((rc.get("metadata") or {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+    if queue:
+        name = rc["metadata"]["name"]
+        raise Conflict(f"Kueue admits RayCluster {name} (queue {queue!r}) and owns its spec.suspend; miles-ray never "
+                       "toggles it under Kueue", hint="'miles-ray down' frees its quota (storage and checkpoints are "
+                                                      "kept); or deactivate its Workload with Kueue (spec.active: false)")
+
+
+def drift(existing: dict, wanted: dict) -> list[str]:
+    """How a live RayCluster differs from the one 'up' would create (what 'up' cannot change in place)."""
+    diffs = []
+    es, ws = existing.get("spec", {}), wanted["spec"]
+    if es.get("rayVersion") != ws["rayVersion"]:
+        diffs.append(f"rayVersion {es.get('rayVersion')} != {ws['rayVersion']}")
+
+    def image(spec: dict, path: str) -> str | None:
+        try:
+            if path == "head":
+                return spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+            return spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"]
+        except (KeyError, IndexError):
+            return None
+
+    for part in ("head", "worker"):
+        if image(es, part) != image(ws, part):
+            diffs.append(f"{part} image {image(es, part)} != {image(ws, part)}")
+    eg = (es.get("workerGroupSpecs") or [{}])[0]
+    wg = ws["workerGroupSpecs"][0]
+    if eg.get("replicas") != wg["replicas"]:
+        diffs.append(f"replicas {eg.get('replicas')} != {wg['replicas']}")
+    return diffs
+
+
+class KubeRayBackend:
+    name = "kubernetes"
+    on_this_machine = False
+    via = "kuberay"
+
+    def up(self, cfg: MilesRayConfig, *, progress: Progress = None, timeout: float = 600, dry_run: str | None = None,
+           wait: bool = True, ray_check: bool = True) -> KubeUp:
+        return k8s_clusters.up(cfg, self, progress=progress, timeout=timeout, dry_run=dry_run, wait=wait,
+                               ray_check=ray_check)
+
+    def create(self, cfg: MilesRayConfig, objects: ClusterDocuments, progress: Progress, timeout: float,
+               dry_run: str | None, wait: bool, ray_check: bool) -> KubeUp:
+        """After the preflight, create the RayCluster (idempotent by name: one that exists with this spec is only
+        waited for) and (``wait``) wait until every GPU worker has joined Ray."""
+        rc = objects.raycluster or {}
+        api = kc.client(cfg)
+        rays = kube.RayClusters(api)
+        existing = rays.get(cfg.namespace, cfg.name)
+        say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
+        report = kc.preflight(cfg, api, cfg.nodes, True, reconciling=existing is not None, rendered=rc)
+        result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
+                        warnings=objects.warnings)
+        if dry_run == "client":  # preflight only: nothing sent to the API server
+            result.update(dry_run="client", created=False, raycluster=rc)
+            return result
+        if dry_run == "server":
+            rays.create(rc, dry_run=True)
+            result.update(dry_run="server", created=False, raycluster=rc)
+            return result
+        if existing is not None:
+            diffs = drift(existing, rc)
+            if diffs:
+                raise Conflict(f"RayCluster {cfg.namespace}/{cfg.name} already exists and differs: " + "; ".join(diffs),
+                               hint="'miles-ray scale' changes the size; 'miles-ray down' then 'up' changes the image")
+            say(progress, f"RayCluster {cfg.name} already exists with this spec; waiting for it")
+            result.created = False
+        else:
+            try:
+                rays.create(rc)
+                result.created = True
+                say(progress, f"created RayCluster {cfg.namespace}/{cfg.name}")
+            except Conflict:
+                result.created = False
+                # another 'up' of the same name won the race: reconcile with what it created
+                raced = rays.get(cfg.namespace, cfg.name)
+                diffs = drift(raced, rc) if raced is not None else []
+                if diffs:
+                    raise Conflict(f"RayCluster {cfg.namespace}/{cfg.name} was just created by someone else and "
+                                   "differs: " + "; ".join(diffs), hint="'miles-ray status' shows it") from None
+                say(progress, f"RayCluster {cfg.name} already exists (created by a concurrent 'up' meanwhile); "
+                              "waiting for it")
+        kc.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": cfg.name, "namespace": cfg.namespace,
+                             "context": cfg.kube_context}, cfg.ray_auth_secret or kuberay_token_secret(cfg.name))
+        if wait:
+            result.status = kc.wait_ready(cfg, api, cfg.name, cfg.nodes, progress, timeout, ray_check)
+        return result
+
+    def status(self, cfg: MilesRayConfig, *, with_ray: bool = False) -> KubeStatus:
+        st = kc.raycluster_status(cfg, kc.client(cfg), kc.cluster_record(cfg)["raycluster"], with_ray)
+        if with_ray:
+            st.idle = kc.idle_or_unknown(cfg)
+        return st
+
+    def refuse_scale(self, cfg: MilesRayConfig) -> None:
+        kc.refuse_scale_if_autoscaled(cfg)
+
+    def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
+              force: bool = False, wait: bool = True, ray_check: bool = True) -> KubeScale:
+        return kc.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)
+
+    def park(self, cfg: MilesRayConfig, *, force: bool = False, if_idle_for: float | None = None, wait: bool = True,
+             timeout: float = 300, progress: Progress = None) -> ParkResult:
+        """Suspend the RayCluster (refused when Kueue admits it) and (``wait``) wait until its pods are gone."""
+        name = kc.cluster_record(cfg)["raycluster"]
+        api = kc.client(cfg)
+        rays = kube.RayClusters(api)
+        rc = kc.get_raycluster(api, cfg, name)
+        refuse_kueue(rc)
+        out = ParkResult(name=cfg.name, raycluster=name, namespace=cfg.namespace, parked=True)
+        if rc["spec"].get("suspend") is True:
+            out.already_parked = True
+            return out
+        skip, report = park_gate(cfg, if_idle_for, force, lambda: kc.cluster_idle(cfg), kc.guarded(cfg, name))
+        if skip:
+            return skip
+        if report:
+            out.idle = report
+        if state.list_records():
+            out.saved_runs = kc.save_runs(cfg)
+        rays.json_patch(cfg.namespace, name, [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rc["metadata"]["resourceVersion"]},
+            {"op": "add", "path": "/spec/suspend", "value": True}])
+        say(progress, f"suspended RayCluster {cfg.namespace}/{name}; KubeRay deletes its pods (the object, claims "
+                      "and checkpoints stay)")
+        if wait:
+            deadline = time.monotonic() + timeout
+            while pods := kube.cluster_pods(api, cfg.namespace, name):
+                if time.monotonic() > deadline:
+                    raise TimedOut(f"RayCluster {name} is suspended but {len(pods)} pod(s) are still there after "
+                                   f"{timeout:.0f}s", hint="'miles-ray status' shows them; 'miles-ray park' again waits")
+                say(progress, f"waiting for {len(pods)} pod(s) to go")
+                time.sleep(kc.POLL)
+        return out
+
+    def resume(self, cfg: MilesRayConfig, *, wait: bool = True, ray_check: bool = True, timeout: float = 600,
+               progress: Progress = None) -> KubeResume:
+        """Clear spec.suspend and (``wait``) wait until every GPU worker has rejoined Ray."""
+        name = kc.cluster_record(cfg)["raycluster"]
+        api = kc.client(cfg)
+        rays = kube.RayClusters(api)
+        rc = kc.get_raycluster(api, cfg, name)
+        refuse_kueue(rc)
+        out = KubeResume(name=cfg.name, raycluster=name, namespace=cfg.namespace)
+        groups = rc["spec"].get("workerGroupSpecs") or []
+        want = next((g.get("replicas", 0) for g in groups if g.get("groupName") == cfg.worker_group), None)
+        if want is None:
+            raise ConfigError(f"RayCluster {name} has no worker group {cfg.worker_group!r}",
+                              hint="set worker_group in the config")
+        out.resumed = rc["spec"].get("suspend") is True
+        if out.resumed:
+            rays.json_patch(cfg.namespace, name, [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rc["metadata"]["resourceVersion"]},
+                {"op": "replace", "path": "/spec/suspend", "value": False}])
+            say(progress, f"unsuspended RayCluster {cfg.namespace}/{name}; waiting for {want} GPU worker(s)")
+        else:
+            out.reason = "it was not parked"
+        if wait:
+            out.status = kc.wait_ready(cfg, api, name, want, progress, timeout, ray_check and want > 0)
+        return out
+
+    def down(self, cfg: MilesRayConfig) -> KubeDown:
+        """Delete the RayCluster (first saving the runs on it); storage and checkpoints are never touched."""
+        saved = kc.save_runs(cfg)
+        name = kc.cluster_record(cfg)["raycluster"]
+        out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=kc.STORAGE_KEPT)
+        kc.delete_raycluster(cfg, kc.client(cfg), name, out, wait=True, timeout=120, missing_ok=False)
+        state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
+        out.saved_runs = saved
+        return out

@@ -1,0 +1,257 @@
+"""The Polyaxon backend: a Polyaxon raycluster operation whose agent creates the RayCluster. Polyaxon owns that
+RayCluster: parking stops the run and keeps the operation it was created from ('resume' creates it again);
+'down' stops and deletes the run. Without any kubeconfig (a Polyaxon user without kubectl) Polyaxon's own view
+is all there is: the Kubernetes preflight and the pod and Ray checks are skipped, saying so."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from miles_ray.adapters import polyaxon_api, state
+from miles_ray.core.builders import ray_token_secret
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.errors import ClusterError, NotFound
+from miles_ray.core.prepare import ClusterDocuments
+from miles_ray.core.progress import Progress, say
+from miles_ray.services import k8s_clusters
+from miles_ray.services.backends import kube_common as kc
+from miles_ray.services.backends.idle import iso, park_gate
+from miles_ray.services.backends.results import (DownCluster, KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp,
+                                                 ParkedCluster, ParkResult, PolyaxonRunStatus, Preflight)
+
+
+def polyaxon_status(cfg: MilesRayConfig, rec: dict[str, Any], with_ray: bool = False) -> PolyaxonRunStatus:
+    """A Polyaxon-made cluster seen through Polyaxon only (no kubeconfig): its run's status and conditions."""
+    client, owner, project = kc.polyaxon(cfg, rec)
+    run = client.get_run(owner, project, rec["polyaxon_uuid"], with_conditions=True)
+    notice = ("no kubeconfig: the run's status and conditions come from Polyaxon; pods"
+              + (", Ray nodes" if with_ray else "") + " and the RayCluster's own status need Kubernetes access")
+    return PolyaxonRunStatus(name=cfg.name, backend="kubernetes", via="polyaxon", kubernetes=False,
+                             namespace=rec.get("namespace", cfg.namespace), raycluster=rec.get("raycluster"),
+                             polyaxon_uuid=rec["polyaxon_uuid"], polyaxon_project=f"{owner}/{project}",
+                             polyaxon_status=run.get("status"), polyaxon_conditions=run.get("conditions") or [],
+                             notices=[notice])
+
+
+def _taken_down(cfg: MilesRayConfig) -> dict[str, Any] | None:
+    """What 'down' recorded of a cluster made through Polyaxon that no 'up' has made again, or None."""
+    if state.read_json(state.kube_cluster_path(cfg.kube_context, cfg.namespace, cfg.name)) is not None:
+        return None
+    return state.read_kube_down(cfg.kube_context, cfg.namespace, cfg.name)
+
+
+def down_status(cfg: MilesRayConfig, down_rec: dict[str, Any]) -> DownCluster:
+    """A cluster 'down' took away (its Polyaxon run stopped and deleted), as Polyaxon sees its run now: no
+    Kubernetes access needed."""
+    client, owner, project = kc.polyaxon(cfg, down_rec)
+    uuid = down_rec["polyaxon_uuid"]
+    out = DownCluster(name=cfg.name, backend="kubernetes", via="polyaxon", state="down", down=True,
+                      down_at=down_rec.get("down_at"), namespace=down_rec.get("namespace"),
+                      raycluster=down_rec.get("raycluster"), polyaxon_uuid=uuid,
+                      polyaxon_project=f"{owner}/{project}")
+    try:
+        run = client.get_run(owner, project, uuid, with_conditions=False)
+        out.update(polyaxon_status=run.get("status"), polyaxon_deleting=bool(run.get("deleting")))
+    except NotFound:
+        out.update(polyaxon_status=None, polyaxon_deleting=True)
+    return out
+
+
+def _stop_and_delete_run(cfg: MilesRayConfig, rec: dict[str, Any], out: KubeDown) -> None:
+    """Stop the cluster's Polyaxon run, then delete it (Polyaxon's agent removes what it created)."""
+    client, owner, project = kc.polyaxon(cfg, rec)
+    uuid = rec["polyaxon_uuid"]
+    run = client.get_run(owner, project, uuid, with_conditions=False)
+    if run.get("status") not in polyaxon_api.FINAL_STATUSES and not run.get("deleting"):
+        client.stop_run(owner, project, uuid)
+    out.polyaxon_stopped = uuid
+    client.delete_run(owner, project, uuid)
+    out.polyaxon_deleted = uuid
+
+
+def _forget(cfg: MilesRayConfig, rec: dict[str, Any]) -> None:
+    """Drop the cluster's bookkeeping; for a Polyaxon-made one keep which run 'down' took away ('status' says so)."""
+    if rec.get("polyaxon_uuid"):
+        state.write_kube_down(cfg.kube_context, cfg.namespace, cfg.name, {
+            "name": cfg.name, "namespace": rec.get("namespace", cfg.namespace), "raycluster": rec.get("raycluster"),
+            "polyaxon_uuid": rec["polyaxon_uuid"], "polyaxon_owner": rec.get("polyaxon_owner"),
+            "polyaxon_project": rec.get("polyaxon_project"),
+            "down_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())})
+    state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
+
+
+class PolyaxonBackend:
+    name = "kubernetes"
+    on_this_machine = False
+    via = "polyaxon"
+
+    def up(self, cfg: MilesRayConfig, *, progress: Progress = None, timeout: float = 600, dry_run: str | None = None,
+           wait: bool = True, ray_check: bool = True) -> KubeUp:
+        return k8s_clusters.up(cfg, self, progress=progress, timeout=timeout, dry_run=dry_run, wait=wait,
+                               ray_check=ray_check)
+
+    def create(self, cfg: MilesRayConfig, objects: ClusterDocuments, progress: Progress, timeout: float,
+               dry_run: str | None, wait: bool, ray_check: bool) -> KubeUp:
+        """After the preflight (Kubernetes', when there is a kubeconfig; then Polyaxon's), create the operation
+        and (``wait``) wait until every GPU worker has joined Ray (without Kubernetes access: until Polyaxon
+        says its run runs)."""
+        missing = kc.without_kubectl(cfg)
+        if missing:
+            token = (f", {kc.unchecked_token_secret(cfg, ray_token_secret(cfg))}" if cfg.ray_auth == "token" else "")
+            notice = (f"no kubeconfig ({missing} does not exist): the Kubernetes preflight (namespace, KubeRay CRD, "
+                      f"{cfg.nodes} free GPU node(s) x {cfg.gpus_per_node}{token}) is skipped; Polyaxon's agent "
+                      "schedules the operation")
+            result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, warnings=objects.warnings,
+                            preflight=Preflight(skipped="no kubeconfig"), notices=[notice], kubernetes=False)
+            return self._create(cfg, None, objects, result, progress, timeout, dry_run, wait, ray_check)
+        api = kc.client(cfg)
+        say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
+        report = kc.preflight(cfg, api, cfg.nodes, False)
+        if cfg.ray_auth == "token":
+            say(progress, f"preflight: the Ray token Secret {cfg.namespace}/{ray_token_secret(cfg)}")
+            report.ray_token_secret = kc.check_token_secret(cfg, api, ray_token_secret(cfg),
+                                                               "the operation's head and workers")
+        result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
+                        warnings=objects.warnings)
+        return self._create(cfg, api, objects, result, progress, timeout, dry_run, wait, ray_check)
+
+    def _create(self, cfg: MilesRayConfig, api, objects: ClusterDocuments, result: KubeUp, progress: Progress,
+                timeout: float, dry_run: str | None, wait: bool, ray_check: bool) -> KubeUp:
+        op, plan = objects.operation or {}, objects.plan
+        client, known = kc.polyaxon_preflight(cfg, op, progress)
+        if dry_run:
+            result.update(dry_run=dry_run, created=False, operation=op)
+            return result
+        meta = {"miles_ray": {"recipe": plan.recipe, "recipe_hash": plan.recipe_hash, "nodes": plan.nodes,
+                              "gpus_per_node": plan.gpus_per_node, "layout": plan.layout, "image": cfg.image}}
+        uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
+                                       tags=op.get("tags"), meta=meta, known_connections=known)
+        raycluster = f"plx-operation-{uuid}"
+        kc.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": raycluster, "namespace": cfg.namespace,
+                             "context": cfg.kube_context, "polyaxon_uuid": uuid,
+                             "polyaxon_project": cfg.polyaxon_project, "polyaxon_owner": cfg.polyaxon_owner},
+                       ray_token_secret(cfg))
+        result.update(created=True, polyaxon_uuid=uuid, raycluster=raycluster)
+        say(progress, f"created Polyaxon operation {uuid} in {cfg.polyaxon_owner}/{cfg.polyaxon_project}")
+        if wait and api is None:
+            # no Kubernetes access: Polyaxon's own view is all there is (its run turns running once the agent
+            # has created the cluster and the operator reports it); Ray itself cannot be asked from here
+            say(progress, f"waiting up to {timeout:.0f}s for Polyaxon run {uuid} to run (no kubeconfig: pods and "
+                          "Ray are not checked)")
+            client.wait_for_status(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, {"running"}, timeout)
+            result.status = polyaxon_status(cfg, kc.cluster_record(cfg))
+        elif wait:
+            result.status = kc.wait_ready(cfg, api, raycluster, cfg.nodes, progress, timeout, ray_check)
+        return result
+
+    def status(self, cfg: MilesRayConfig, *, with_ray: bool = False) -> (
+            KubeStatus | PolyaxonRunStatus | DownCluster | ParkedCluster):
+        """What 'park' kept of it; the run 'down' took away; the run as Polyaxon sees it (no kubeconfig); else
+        the RayCluster (and, ``with_ray``, since when it is idle)."""
+        rec = state.read_json(state.kube_cluster_path(cfg.kube_context, cfg.namespace, cfg.name)) or {}
+        if rec.get("parked"):
+            p = rec["parked"]
+            return ParkedCluster(name=cfg.name, backend=self.name, via=self.via, parked=True,
+                                 parked_at=p.get("parked_at"), stopped_uuid=p.get("stopped_uuid"))
+        down_rec = _taken_down(cfg)
+        if down_rec is not None:
+            return down_status(cfg, down_rec)
+        rec = kc.cluster_record(cfg)
+        st: KubeStatus | PolyaxonRunStatus
+        if kc.without_kubectl(cfg, rec):
+            st = polyaxon_status(cfg, rec, with_ray)
+        else:
+            st = kc.raycluster_status(cfg, kc.client(cfg), rec["raycluster"], with_ray)
+        if with_ray:
+            st.idle = kc.idle_or_unknown(cfg)
+        return st
+
+    def refuse_scale(self, cfg: MilesRayConfig) -> None:
+        kc.refuse_scale_if_autoscaled(cfg)
+
+    def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
+              force: bool = False, wait: bool = True, ray_check: bool = True) -> KubeScale:
+        return kc.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)
+
+    def park(self, cfg: MilesRayConfig, *, force: bool = False, if_idle_for: float | None = None, wait: bool = True,
+             timeout: float = 300, progress: Progress = None) -> ParkResult:
+        """Polyaxon owns its RayCluster (the run's operator would undo a suspend): stop the run, keep the operation
+        it was created from, and 'resume' creates it again."""
+        rec = kc.cluster_record(cfg)
+        out = ParkResult(name=cfg.name, via=self.via, parked=True)
+        if rec.get("parked"):
+            out.update(already_parked=True, operation_of=rec["parked"]["stopped_uuid"])
+            return out
+        skip, report = park_gate(cfg, if_idle_for, force, lambda: kc.cluster_idle(cfg),
+                                 kc.guarded(cfg, rec["raycluster"]))
+        if skip:
+            return skip
+        if report:
+            out.idle = report
+        client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
+        run = client.get_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"],
+                             with_conditions=False)
+        if not isinstance(run.get("raw_content"), dict):
+            raise ClusterError(f"Polyaxon run {rec['polyaxon_uuid']} does not return the operation it was created "
+                               "from", hint="'miles-ray down' then 'up' instead")
+        if state.list_records():
+            out.saved_runs = kc.save_runs(cfg)
+        parked = {"operation": run["raw_content"], "run_name": run.get("name") or cfg.name, "tags": run.get("tags"),
+                  "meta": run.get("meta_info"), "stopped_uuid": rec["polyaxon_uuid"], "parked_at": iso(time.time())}
+        state.write_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name, {**rec, "parked": parked})
+        client.stop_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"])
+        say(progress, f"stopped Polyaxon run {rec['polyaxon_uuid']}; its operation is kept for 'resume'")
+        out.stopped_uuid = rec["polyaxon_uuid"]
+        return out
+
+    def resume(self, cfg: MilesRayConfig, *, wait: bool = True, ray_check: bool = True, timeout: float = 600,
+               progress: Progress = None) -> KubeResume:
+        """Create the run again from the operation 'park' kept, and (``wait``) wait until every GPU worker has
+        joined Ray."""
+        rec = kc.cluster_record(cfg)
+        api = kc.client(cfg)
+        parked = rec.get("parked")
+        if not parked:
+            return KubeResume(name=cfg.name, via=self.via, resumed=False, reason="it was not parked",
+                              polyaxon_uuid=rec.get("polyaxon_uuid"))
+        uuid = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host).create_operation(
+            rec["polyaxon_owner"], rec["polyaxon_project"], parked["operation"], name=parked["run_name"],
+            tags=parked.get("tags"), meta=parked.get("meta"), reuse_existing=False)
+        raycluster = f"plx-operation-{uuid}"
+        new = {k: v for k, v in rec.items() if k != "parked"}
+        new.update(polyaxon_uuid=uuid, raycluster=raycluster, resumed_from=parked["stopped_uuid"])
+        state.write_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name, new)
+        say(progress, f"created Polyaxon run {uuid} from the operation of run {parked['stopped_uuid']}")
+        out = KubeResume(name=cfg.name, via=self.via, resumed=True, polyaxon_uuid=uuid, raycluster=raycluster,
+                         resumed_from=parked["stopped_uuid"])
+        if wait:
+            want = next(iter(parked["operation"]["component"]["run"]["workers"].values())).get("replicas", 0)
+            out.status = kc.wait_ready(cfg, api, raycluster, want, progress, timeout, ray_check and want > 0)
+        return out
+
+    def down(self, cfg: MilesRayConfig) -> KubeDown | DownCluster:
+        """Stop and delete the run (and, with Kubernetes access, delete the RayCluster and wait for its pods),
+        first saving the runs on it; a cluster already taken down is only shown."""
+        saved = kc.save_runs(cfg)
+        down_rec = _taken_down(cfg)
+        if down_rec is not None:  # already taken down: say so (Polyaxon's view), nothing to do
+            gone = down_status(cfg, down_rec)
+            gone.update(already_down=True, saved_runs=saved)
+            return gone
+        rec = kc.cluster_record(cfg)
+        name = rec["raycluster"]
+        out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=kc.STORAGE_KEPT)
+        if kc.without_kubectl(cfg, rec):
+            _stop_and_delete_run(cfg, rec, out)
+            out.update(kubernetes=False, notices=["no kubeconfig: the Polyaxon run was stopped and deleted; its agent "
+                                                  "removes the RayCluster and pods (not watched from here)"])
+        else:
+            api = kc.client(cfg)
+            if rec.get("polyaxon_uuid"):
+                _stop_and_delete_run(cfg, rec, out)
+            kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=120,
+                                 missing_ok=bool(rec.get("polyaxon_uuid")))
+        _forget(cfg, rec)
+        out.saved_runs = saved
+        return out
