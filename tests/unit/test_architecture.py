@@ -1,0 +1,63 @@
+"""The architecture's figures stay where the seams put them (tools/arch_figures.py counts them from the source):
+backends are chosen in one dispatch, not by string comparisons spread through services/ and cli/; services return
+typed results, not dicts; no verb imports another verb, and the import-linter contract that says so lists every
+verb module."""
+
+from __future__ import annotations
+
+import tomllib
+
+from tests.conftest import REPO
+from tests.infra.scripts import load_script
+
+figures = load_script("tools/arch_figures.py", "miles_ray_arch_figures")
+
+
+def test_backend_comparisons_are_the_dispatch_only():
+    found = figures.figures()["backend_comparisons"]
+    assert len(found) <= 6, found
+
+
+def test_services_return_typed_results():
+    found = figures.figures()["dict_results"]
+    assert len(found) <= 3, found
+
+
+def test_no_verb_imports_another_verb():
+    assert figures.figures()["verb_imports"] == []
+
+
+def test_one_progress_type():
+    assert figures.figures()["progress_definitions"] == ["miles_ray/core/progress.py"]
+
+
+def test_the_verb_contract_lists_every_verb_module():
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    [verbs] = [c for c in contracts if c["name"].startswith("a verb does not import another verb")]
+    on_disk = {f"miles_ray.cli.{p.stem}" for p in (REPO / "miles_ray" / "cli").glob("*.py")
+               if p.stem not in figures.CLI_SHARED}
+    assert set(verbs["modules"]) == on_disk
+
+
+def test_the_counters_see_what_they_count(tmp_path):
+    """Each counter finds a planted case (so a zero above means none, not a counter that sees nothing)."""
+    services = tmp_path / "s.py"
+    services.write_text('def up(b) -> dict[str, int]:\n    return {} if b == "local" else {}\n'
+                        'def _private() -> dict:\n    return {}\n'
+                        'def pair() -> tuple[int, dict]:\n    return 1, {}\n'
+                        'def ok(x) -> int:\n    return 1 if x is Via.kuberay else 2\n'
+                        'Progress = int\n')
+    rel = services.relative_to(tmp_path)
+    figures.REPO = tmp_path  # relative paths in the findings
+    try:
+        assert figures.backend_comparisons([services]) == [(str(rel), 2), (str(rel), 8)]
+        assert figures.dict_results([services]) == [(str(rel), "up"), (str(rel), "pair")]
+        assert figures.progress_definitions([services]) == [str(rel)]
+        cli = tmp_path / "cli"
+        cli.mkdir()
+        (cli / "up.py").write_text("from miles_ray.cli.render import build\nfrom miles_ray.cli.views import x\n")
+        (cli / "render.py").write_text("import miles_ray.cli.common\n")
+        (cli / "views.py").write_text("")
+        assert figures.verb_imports(cli) == [("up", "render")]
+    finally:
+        figures.REPO = REPO
