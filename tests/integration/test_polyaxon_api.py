@@ -177,14 +177,15 @@ def test_stop_and_delete(api, project):
         api.get_run(OWNER, project, uuid.uuid4().hex)
 
 
-def test_module_functions_use_polyaxon_host(polyaxon_server, project, monkeypatch):
+def test_a_client_without_a_host_uses_polyaxon_host(polyaxon_server, project, monkeypatch):
     monkeypatch.setenv("POLYAXON_HOST", polyaxon_server.host)
-    assert pa.check_project(None, OWNER, project)["name"] == project
-    run_uuid = pa.create_operation(None, OWNER, project, miles_operation(), name="via-env")
-    assert pa.get_run(None, OWNER, project, run_uuid)["name"] == "via-env"
+    api = pa.PolyaxonApi(None)
+    assert api.check_project(OWNER, project)["name"] == project
+    run_uuid = api.create_operation(OWNER, project, miles_operation(), name="via-env")
+    assert api.get_run(OWNER, project, run_uuid)["name"] == "via-env"
     monkeypatch.delenv("POLYAXON_HOST")
     with pytest.raises(ConfigError, match="POLYAXON_HOST"):
-        pa.check_project(None, OWNER, project)
+        pa.PolyaxonApi(None)
 
 
 # ------------------------------------------------------------------ failures and retries

@@ -19,7 +19,6 @@ from miles_ray.core.errors import ClusterError, Conflict, ConfigError, NotFound,
 
 T = TypeVar("T")
 
-DEFAULT_OWNER = "default"
 DEFAULT_RETRIES = 3  # attempts after the first one
 DEFAULT_BACKOFF = 0.5  # seconds, doubled each attempt
 DEFAULT_TIMEOUT = 10.0  # seconds per HTTP request
@@ -339,45 +338,3 @@ class PolyaxonApi:
 class _Created:
     def __init__(self, uuid: str) -> None:
         self.uuid = uuid
-
-
-# ------------------------------------------------------------------------------- functions
-
-
-def check_project(host: str | None, owner: str, project: str, create: bool = False, **kw: Any) -> dict:
-    return PolyaxonApi(host, **kw).check_project(owner, project, create=create)
-
-
-def find_run_by_name(host: str | None, owner: str, project: str, name: str, **kw: Any) -> dict | None:
-    return PolyaxonApi(host, **kw).find_run_by_name(owner, project, name)
-
-
-def create_operation(
-    host: str | None,
-    owner: str,
-    project: str,
-    op: dict,
-    name: str | None = None,
-    tags: list[str] | None = None,
-    meta: dict | None = None,
-    reuse_existing: bool = True,
-    known_connections: list[str] | None = None,
-    wait_compiled: float | None = 15.0,
-    **kw: Any,
-) -> str:
-    return PolyaxonApi(host, **kw).create_operation(
-        owner, project, op, name=name, tags=tags, meta=meta, reuse_existing=reuse_existing,
-        known_connections=known_connections, wait_compiled=wait_compiled,
-    )
-
-
-def get_run(host: str | None, owner: str, project: str, uuid: str, **kw: Any) -> dict:
-    return PolyaxonApi(host, **kw).get_run(owner, project, uuid)
-
-
-def stop_run(host: str | None, owner: str, project: str, uuid: str, **kw: Any) -> None:
-    PolyaxonApi(host, **kw).stop_run(owner, project, uuid)
-
-
-def delete_run(host: str | None, owner: str, project: str, uuid: str, **kw: Any) -> None:
-    PolyaxonApi(host, **kw).delete_run(owner, project, uuid)
