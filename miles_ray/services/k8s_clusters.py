@@ -579,7 +579,7 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
             raise ClusterError(f"not enough free GPU nodes to grow from {now} to {nodes}: {len(fit)} fit "
                                f"{gpus} GPU(s), {cpu:g} CPU and {memory / 2**30:.0f}Gi free, as each worker of "
                                f"{name} requests", hint="use a smaller --nodes or free GPUs")
-    patched, notes = rays.set_replicas(cfg.namespace, name, cfg.worker_group, nodes, on_retry=progress)
+    _, notes = rays.set_replicas(cfg.namespace, name, cfg.worker_group, nodes, on_retry=progress)
     for n in notes:
         _say(progress, f"adjusted {n} (explicitly, so KubeRay does not clamp the new size)")
     result: dict[str, Any] = {"name": cfg.name, "raycluster": name, "from": now, "to": nodes, "adjusted": notes,
