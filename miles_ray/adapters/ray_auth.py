@@ -27,7 +27,6 @@ from miles_ray.core.errors import ConfigError
 TOKEN_ENV = "RAY_AUTH_TOKEN"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 MODE_ENV = "RAY_AUTH_MODE"
-SECRET_KEY = "auth_token"  # the key KubeRay (authOptions) keeps the token under in its Secret
 
 _lock = threading.Lock()
 _known: dict[str, str] = {}  # normalized head URL -> token

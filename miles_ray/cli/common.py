@@ -149,17 +149,16 @@ class progress_display:
 
     Services feed it their progress messages; every line says the time spent and, for a bounded wait,
     the time left: ``[12s, 588s left] 3/4 GPU workers joined Ray``. ``timeout`` is the command's bound
-    (its --timeout); a service that starts a wait with its own bound passes it as ``bound=`` and the time
-    left counts from then. On a terminal a spinner shows the latest line and ticks every second;
-    elsewhere (CI logs, pipes) the latest line is repeated every ``heartbeat`` seconds while nothing new
-    happens, so no wait is ever silent.
+    (its --timeout). On a terminal a spinner shows the latest line and ticks every second; elsewhere
+    (CI logs, pipes) the latest line is repeated every ``heartbeat`` seconds while nothing new happens,
+    so no wait is ever silent.
     """
 
     def __init__(self, title: str, timeout: float | None = None, heartbeat: float = 30.0) -> None:
         self.title = title
         self.heartbeat = heartbeat
         self._clock = time.monotonic
-        self._start = self._window = self._clock()
+        self._start = self._clock()
         self._bound = timeout
         self._last = title
         self._quiet_since = self._start
@@ -171,7 +170,7 @@ class progress_display:
         now = self._clock()
         if self._bound is None:
             return f"[{_seconds(now - self._start)}]"
-        return f"[{_seconds(now - self._start)}, {_seconds(self._bound - (now - self._window))} left]"
+        return f"[{_seconds(now - self._start)}, {_seconds(self._bound - (now - self._start))} left]"
 
     def __enter__(self) -> "progress_display":
         if err.is_terminal:
@@ -183,9 +182,7 @@ class progress_display:
         self(self.title)
         return self
 
-    def __call__(self, message: str, bound: float | None = None) -> None:
-        if bound is not None:
-            self._bound, self._window = bound, self._clock()
+    def __call__(self, message: str) -> None:
         self._last = message
         self._quiet_since = self._clock()
         err.print(f"[dim]{escape(self.stamp())}[/] {escape(message)}")

@@ -310,14 +310,3 @@ def build_operation(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: st
     if cfg.polyaxon_preset:
         op["presets"] = [cfg.polyaxon_preset]
     return op
-
-
-def head_and_worker_containers(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The head's and the (first) worker group's container, from either kind of document."""
-    if doc.get("kind") == "RayCluster":
-        spec = doc["spec"]
-        return (spec["headGroupSpec"]["template"]["spec"]["containers"][0],
-                spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0])
-    run = doc["component"]["run"] if doc.get("kind") == "operation" else doc["run"]
-    worker = next(iter(run["workers"].values()))
-    return run["head"]["container"], worker["container"]

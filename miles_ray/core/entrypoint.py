@@ -33,9 +33,6 @@ def default_run_name(recipe: Recipe, plan: Plan, created: str) -> str:
 
 # Env vars the upstream launcher (execute_train) passes through from the environment it submits from.
 ENV_PASSTHROUGH = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "NCCL_DEBUG_FILE")
-# What miles-ray adds to the runtime env beyond the launcher's (miles_env: on an existing KubeRay head, Kubernetes
-# service env, the memory monitor; RAY_ADDRESS) -- besides the user's own env (config env, --env).
-MILES_RAY_ENV = ("MILES_SCRIPT_EXTERNAL_RAY", "PROMETHEUS_PORT", "RAY_memory_monitor_refresh_ms", "RAY_ADDRESS")
 
 
 def _fill(token: str, values: dict[str, str]) -> str:
@@ -106,14 +103,6 @@ def direct_argv(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str
     return ["python3", str(PurePosixPath(cfg.miles_root) / "train.py"), *recipe.model_args,
             *train_args(cfg, recipe, plan, output_dir, run_id, num_rollout=num_rollout, load_dir=load_dir),
             *(extra_args or [])]
-
-
-def direct_entrypoint(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, output_dir: str, run_id: str,
-                      extra_args: list[str] | None = None, *, num_rollout: int | None = None,
-                      load_dir: str | None = None) -> str:
-    """:func:`direct_argv` as a Ray job entrypoint (a shell command line)."""
-    return shlex.join(direct_argv(cfg, recipe, plan, output_dir, run_id, extra_args, num_rollout=num_rollout,
-                                  load_dir=load_dir))
 
 
 def _path_join(*parts: str | None) -> str:

@@ -29,12 +29,6 @@ def check_cluster_name(name: str) -> str:
     return name
 
 
-def check_label_value(value: str, what: str) -> str:
-    if len(value) > _LABEL_MAX or not re.fullmatch(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", value):
-        raise ConfigError(f"{what} {value!r} is not a valid Kubernetes label value")
-    return value
-
-
 def label_safe(value: str) -> str:
     """Turn any string (e.g. a recipe name 'Qwen3.5-4B') into a valid label value."""
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:_LABEL_MAX]

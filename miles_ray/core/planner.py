@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from miles_ray.core.recipes import Recipe
 
@@ -40,6 +40,14 @@ RULES: dict[str, str] = {
 class Violation(BaseModel):
     rule: str
     message: str
+
+    @field_validator("rule")
+    @classmethod
+    def _a_catalogued_rule(cls, rule: str) -> str:
+        """Rule names are what users grep for ('[gbs-divisible-by-dp]'): every one is in RULES, with its text."""
+        if rule not in RULES:
+            raise ValueError(f"rule {rule!r} is not in the planner's RULES")
+        return rule
 
 
 class Suggestion(BaseModel):

@@ -20,7 +20,6 @@ from miles_ray.core.config import MilesRayConfig
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
-KUEUE_MANAGED = "kueue.x-k8s.io/managed"
 RAY_SCHEDULER = "ray.io/scheduler-name"
 VOLCANO_QUEUE = "volcano.sh/queue-name"
 VOLCANO_POD_QUEUE = "scheduling.volcano.sh/queue-name"

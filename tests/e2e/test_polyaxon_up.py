@@ -77,7 +77,7 @@ def test_unknown_connection_refused_before_creation(px_env, cli, core_v1, namesp
     code, _, err = cli(*args(namespace, "px-badconn"))
     assert code == 1
     assert "does not know connection(s) no-such-data" in err
-    assert PolyaxonApi(host=px_env.host).find_run_by_name("default", "miles-e2e", "px-badconn", include_final=True) is None
+    assert PolyaxonApi(host=px_env.host).runs_named("default", "miles-e2e", "px-badconn") == []
 
 
 def test_missing_project_and_unreachable_server(px_env, cli, core_v1, namespace, tmp_path, monkeypatch):
@@ -109,7 +109,7 @@ def test_the_ray_token_secret_is_checked_before_anything_is_created(px_env, cli,
         return code, out, err
 
     def nothing_created() -> bool:
-        return (api.find_run_by_name("default", "miles-e2e", "px-tok", include_final=True) is None
+        return (api.runs_named("default", "miles-e2e", "px-tok") == []
                 and not list((tmp_path / "state").rglob("px-tok.json")))
 
     code, _, err = up()

@@ -108,7 +108,8 @@ def test_create_is_idempotent_by_name(api, project):
     first = api.create_operation(OWNER, project, op)
     again = api.create_operation(OWNER, project, op)
     assert again == first
-    assert api.find_run_by_name(OWNER, project, "miles-qwen3-4b")["uuid"] == first
+    assert [r["uuid"] for r in api.runs_named(OWNER, project, "miles-qwen3-4b")
+            if r["status"] not in pa.FINAL_STATUSES] == [first]  # one live run of that name: the first
     forced = api.create_operation(OWNER, project, op, reuse_existing=False)
     assert forced != first
     changed = copy.deepcopy(op)
@@ -148,7 +149,7 @@ def test_unknown_connection_reported_before_creation(api, project, monkeypatch):
     assert pa.list_agent_connections() == ["miles-data"]
     with pytest.raises(ClusterError, match="nope-data"):
         api.create_operation(OWNER, project, op)
-    assert api.find_run_by_name(OWNER, project, op["name"], include_final=True) is None
+    assert api.runs_named(OWNER, project, op["name"]) == []
 
 
 def polyaxon_connections() -> list[dict]:
@@ -165,7 +166,7 @@ def test_stop_and_delete(api, project):
     api.delete_run(OWNER, project, run_uuid)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if api.find_run_by_name(OWNER, project, "miles-qwen3-4b", include_final=True) is None:
+        if api.runs_named(OWNER, project, "miles-qwen3-4b") == []:
             break
         time.sleep(0.2)
     else:
@@ -177,14 +178,15 @@ def test_stop_and_delete(api, project):
         api.get_run(OWNER, project, uuid.uuid4().hex)
 
 
-def test_module_functions_use_polyaxon_host(polyaxon_server, project, monkeypatch):
+def test_a_client_without_a_host_uses_polyaxon_host(polyaxon_server, project, monkeypatch):
     monkeypatch.setenv("POLYAXON_HOST", polyaxon_server.host)
-    assert pa.check_project(None, OWNER, project)["name"] == project
-    run_uuid = pa.create_operation(None, OWNER, project, miles_operation(), name="via-env")
-    assert pa.get_run(None, OWNER, project, run_uuid)["name"] == "via-env"
+    api = pa.PolyaxonApi(None)
+    assert api.check_project(OWNER, project)["name"] == project
+    run_uuid = api.create_operation(OWNER, project, miles_operation(), name="via-env")
+    assert api.get_run(OWNER, project, run_uuid)["name"] == "via-env"
     monkeypatch.delenv("POLYAXON_HOST")
     with pytest.raises(ConfigError, match="POLYAXON_HOST"):
-        pa.check_project(None, OWNER, project)
+        pa.PolyaxonApi(None)
 
 
 # ------------------------------------------------------------------ failures and retries

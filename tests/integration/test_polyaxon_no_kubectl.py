@@ -57,7 +57,7 @@ def test_up_status_down_through_polyaxon_only(nokube, polyaxon_server, cli):
     code, out, err = cli(*up("nk-a", "--dry-run", "client", "-o", "json"))
     assert code == 0, err
     assert json.loads(out)["created"] is False
-    assert api.find_run_by_name("default", PROJECT, "nk-a", include_final=True) is None
+    assert api.runs_named("default", PROJECT, "nk-a") == []
 
     t0 = time.monotonic()
     code, out, err = cli(*up("nk-a", "--no-wait", "-o", "json"))
@@ -95,7 +95,7 @@ def test_up_status_down_through_polyaxon_only(nokube, polyaxon_server, cli):
     # stopping -> stopped: the sandbox's scheduler finalises a run no agent holds (~2 s cron)
     after = api.wait_for_status("default", PROJECT, uuid, {"stopped"}, timeout=30)
     assert after["deleting"] is True
-    assert api.find_run_by_name("default", PROJECT, "nk-a", include_final=True) is None
+    assert api.runs_named("default", PROJECT, "nk-a") == []
 
     # status after down: what Polyaxon says of the run down stopped and deleted -- no kubeconfig needed
     code, out, err = cli("status", "--backend", "kubernetes", *cluster("nk-a"), "-o", "json")
@@ -225,7 +225,7 @@ def test_the_launcher_job_names_the_token_secret_of_the_cluster_it_targets(nokub
     # a head in another namespace than the job's
     code, _, err = submit("nkt-4", "--name", "nk-t", "--address", "k8s://other-ns/kr-other")
     assert code == 2 and "a pod can only read Secrets of its own namespace" in err, err
-    assert api.find_run_by_name("default", PROJECT, "nk-t-nkt-4", include_final=True) is None
+    assert api.runs_named("default", PROJECT, "nk-t-nkt-4") == []
 
 
 def test_up_single_node_without_kubeconfig_names_the_token_secret_it_could_not_check(nokube, polyaxon_server, cli):

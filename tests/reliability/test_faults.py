@@ -421,8 +421,8 @@ def _px_up(namespace: str, name: str) -> list[str]:
 def _nothing_created(polyaxon_server, name: str, state: Path) -> bool:
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
 
-    run = PolyaxonApi(host=polyaxon_server.host).find_run_by_name("default", "miles-rel", name, include_final=True)
-    return run is None and not list((state / "clusters").rglob(f"{name}.json"))
+    runs = PolyaxonApi(host=polyaxon_server.host).runs_named("default", "miles-rel", name)
+    return runs == [] and not list((state / "clusters").rglob(f"{name}.json"))
 
 
 @pytest.mark.e2e

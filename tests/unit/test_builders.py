@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from miles_ray.core.builders import build_operation, build_raycluster, head_and_worker_containers
+from miles_ray.core.builders import build_operation, build_raycluster
+from tests.infra.documents import head_and_worker_containers
 from miles_ray.core.config import load_config
 from miles_ray.core.planner import plan_split
 from miles_ray.core.recipes import BUILTIN

@@ -133,3 +133,19 @@ def test_preflight_refusal_is_one_line_exit_2() -> None:
     check_fields_known(rc, current())  # the current operator knows it
     check_fields_known(rc, None)  # a CRD without a schema prunes nothing
 
+
+
+def test_preflight_names_every_field_the_installed_crd_would_drop() -> None:
+    from miles_ray.core.errors import Invalid
+    from miles_ray.services.backends.kube_common import check_fields_known
+
+    rc = _rendered()
+    rc["spec"]["authOptions"] = {"mode": "token"}
+    rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["gpuMagic"] = True
+    with pytest.raises(Invalid) as e:
+        check_fields_known(rc, v150())
+    # the first in document order with the version it needs, then the others
+    assert "does not know RayCluster field spec.workerGroupSpecs[0].template.spec.containers[0].gpuMagic" \
+        in e.value.message
+    assert e.value.message.endswith("it does not know spec.authOptions either"), e.value.message
+    check_fields_known(_rendered(), current())  # nothing unknown: no error

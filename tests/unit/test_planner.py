@@ -318,3 +318,13 @@ def test_uneven_pipeline_stage_messages_carry_the_numbers() -> None:
     assert [v.message for v in plan_split(K2_EVEN, 32, 8).errors] == [
         "61 layers are not divisible by PP 8 (no uneven first/last stage)"]
     assert plan_split(BUILTIN["Qwen3-235B-A22B"], 16, 8).feasible  # 94 layers = 3 x 24 + last 22
+
+
+def test_a_violation_names_a_catalogued_rule():
+    from pydantic import ValidationError
+
+    from miles_ray.core.planner import Violation
+
+    assert Violation(rule="gbs-divisible-by-dp", message="x").rule == "gbs-divisible-by-dp"
+    with pytest.raises(ValidationError, match="not in the planner's RULES"):
+        Violation(rule="gbs-divisible-by-tp", message="x")

@@ -27,7 +27,7 @@ def _plan(cfg):
 
 
 def _containers(doc):
-    from miles_ray.core.builders import head_and_worker_containers
+    from tests.infra.documents import head_and_worker_containers
 
     return head_and_worker_containers(doc)
 

@@ -168,4 +168,4 @@ def test_up_single_node_unknown_connection_refused_before_creation(px, cli, tmp_
     (tmp_path / "px.yaml").write_text("polyaxon_project: miles-single\nconnection: nope-data\n")
     code, _, err = cli("up", "--single-node", "--image", IMAGE, "--name", "single-bad", "-c", "px.yaml", "--no-wait")
     assert code == 1 and "does not know connection(s) nope-data" in err
-    assert PolyaxonApi(host=px.host).find_run_by_name("default", "miles-single", "single-bad", include_final=True) is None
+    assert PolyaxonApi(host=px.host).runs_named("default", "miles-single", "single-bad") == []

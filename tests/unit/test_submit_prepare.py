@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from miles_ray.core.config import load_config
-from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_entrypoint, direct_job_env, launcher_argv,
+from miles_ray.core.entrypoint import (RUN_NAME, default_run_name, direct_argv, direct_job_env, launcher_argv,
                                        launcher_job_operation, submission_id)
 from miles_ray.core.errors import ConfigError, Conflict, PlanError
 from miles_ray.core.planner import plan_split
@@ -64,7 +64,7 @@ def test_direct_job_is_complete(no_io):
     out = "/mnt/miles/runs/q4-a"
     assert job.kind == "ray-job" and job.run == "q4-a" and job.output_dir == out
     assert job.submission_id == submission_id("q4", "q4-a") == "miles-ray-q4-q4-a"
-    assert job.entrypoint == direct_entrypoint(cfg, recipe, plan, out, "q4-a", ["--lr", "2e-6"], num_rollout=40)
+    assert job.entrypoint == shlex.join(direct_argv(cfg, recipe, plan, out, "q4-a", ["--lr", "2e-6"], num_rollout=40))
     argv = shlex.split(job.entrypoint)
     # train.py itself, model architecture flags inlined (nothing sourced), the run's flags, split flags, extra args
     assert argv[:2] == ["python3", "/root/miles/train.py"] and "bash" not in argv and "source" not in job.entrypoint

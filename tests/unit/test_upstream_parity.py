@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from miles_ray.core.config import load_config
-from miles_ray.core.entrypoint import MILES_RAY_ENV
 from miles_ray.core.errors import PlanError
 from miles_ray.core.recipes import BUILTIN, SPLIT_FLAGS, UPSTREAM_MILES_COMMIT
 from miles_ray.core.submission import SubmitRequest, SubmitTarget, prepare_submit, validate_request
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "upstream_miles" / UPSTREAM_MILES_COMMIT[:7]
+# What miles-ray adds to the job's runtime env beyond the launcher's (on an existing KubeRay head: Kubernetes service
+# env, the memory monitor; RAY_ADDRESS) -- besides the user's own env.
+MILES_RAY_ENV = ("MILES_SCRIPT_EXTERNAL_RAY", "PROMETHEUS_PORT", "RAY_memory_monitor_refresh_ms", "RAY_ADDRESS")
 CAPTURES = sorted(DATA.glob("*.json"))
 URL = "http://10.0.0.5:8265"
 

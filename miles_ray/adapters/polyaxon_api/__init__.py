@@ -32,10 +32,8 @@ Facts measured against the real API server (haupt 2.18 sandbox):
 polyaxon is imported lazily inside the functions.
 """
 
-from miles_ray.adapters.polyaxon_api.client import (FINAL_STATUSES, PolyaxonApi, check_project, create_operation,
-                                                    delete_run, find_run_by_name, get_run, resolve_host, stop_run)
+from miles_ray.adapters.polyaxon_api.client import FINAL_STATUSES, PolyaxonApi
 from miles_ray.adapters.polyaxon_api.connections import list_agent_connections
 from miles_ray.adapters.polyaxon_api.registry import ModelRegistry
 
-__all__ = ["FINAL_STATUSES", "ModelRegistry", "PolyaxonApi", "check_project", "create_operation", "delete_run",
-           "find_run_by_name", "get_run", "list_agent_connections", "resolve_host", "stop_run"]
+__all__ = ["FINAL_STATUSES", "ModelRegistry", "PolyaxonApi", "list_agent_connections"]

@@ -19,7 +19,6 @@ from miles_ray.core.errors import ClusterError, Conflict, ConfigError, NotFound,
 
 T = TypeVar("T")
 
-DEFAULT_OWNER = "default"
 DEFAULT_RETRIES = 3  # attempts after the first one
 DEFAULT_BACKOFF = 0.5  # seconds, doubled each attempt
 DEFAULT_TIMEOUT = 10.0  # seconds per HTTP request
@@ -153,7 +152,7 @@ class PolyaxonApi:
 
     # -- runs -------------------------------------------------------------------------------
 
-    def _runs_named(self, owner: str, project: str, name: str) -> list[dict]:
+    def runs_named(self, owner: str, project: str, name: str) -> list[dict]:
         """All runs called exactly ``name``, newest first (any status)."""
         rc = self.run_client(owner, project)
         res = self.call(
@@ -162,15 +161,6 @@ class PolyaxonApi:
             not_found=f"Polyaxon project {owner}/{project} not found on {self.host}",
         )
         return [run_dict(r) for r in getattr(res, "results", None) or [] if r.name == name]
-
-    def find_run_by_name(
-        self, owner: str, project: str, name: str, include_final: bool = False
-    ) -> dict | None:
-        """The newest run called exactly ``name`` (not in a final status unless ``include_final``)."""
-        for run in self._runs_named(owner, project, name):
-            if include_final or run["status"] not in FINAL_STATUSES:
-                return run
-        return None
 
     def create_operation(
         self,
@@ -205,7 +195,7 @@ class PolyaxonApi:
                 raise NotFound(
                     f"Polyaxon agent does not know connection(s) {', '.join(missing)} "
                     f"(known: {', '.join(sorted(known)) or 'none'})", hint=CONNECTION_HINT)
-        previous = self._runs_named(owner, project, name) if name else []
+        previous = self.runs_named(owner, project, name) if name else []
         if reuse_existing:
             live = next((r for r in previous if r["status"] not in FINAL_STATUSES), None)
             if live:
@@ -228,7 +218,7 @@ class PolyaxonApi:
             if not name:
                 return None
             try:
-                for run in self._runs_named(owner, project, name):
+                for run in self.runs_named(owner, project, name):
                     if run["uuid"] in before:
                         continue
                     if self.get_run(owner, project, run["uuid"], with_conditions=False)["raw_content"] == sent:
@@ -339,45 +329,3 @@ class PolyaxonApi:
 class _Created:
     def __init__(self, uuid: str) -> None:
         self.uuid = uuid
-
-
-# ------------------------------------------------------------------------------- functions
-
-
-def check_project(host: str | None, owner: str, project: str, create: bool = False, **kw: Any) -> dict:
-    return PolyaxonApi(host, **kw).check_project(owner, project, create=create)
-
-
-def find_run_by_name(host: str | None, owner: str, project: str, name: str, **kw: Any) -> dict | None:
-    return PolyaxonApi(host, **kw).find_run_by_name(owner, project, name)
-
-
-def create_operation(
-    host: str | None,
-    owner: str,
-    project: str,
-    op: dict,
-    name: str | None = None,
-    tags: list[str] | None = None,
-    meta: dict | None = None,
-    reuse_existing: bool = True,
-    known_connections: list[str] | None = None,
-    wait_compiled: float | None = 15.0,
-    **kw: Any,
-) -> str:
-    return PolyaxonApi(host, **kw).create_operation(
-        owner, project, op, name=name, tags=tags, meta=meta, reuse_existing=reuse_existing,
-        known_connections=known_connections, wait_compiled=wait_compiled,
-    )
-
-
-def get_run(host: str | None, owner: str, project: str, uuid: str, **kw: Any) -> dict:
-    return PolyaxonApi(host, **kw).get_run(owner, project, uuid)
-
-
-def stop_run(host: str | None, owner: str, project: str, uuid: str, **kw: Any) -> None:
-    PolyaxonApi(host, **kw).stop_run(owner, project, uuid)
-
-
-def delete_run(host: str | None, owner: str, project: str, uuid: str, **kw: Any) -> None:
-    PolyaxonApi(host, **kw).delete_run(owner, project, uuid)

@@ -12,7 +12,7 @@ from miles_ray.adapters import kube, polyaxon_api, polyaxon_spec, ray_jobs, stat
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.builders import RAY_TOKEN_KEY
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.crd_fields import first_unknown_field, kuberay_version_needed
+from miles_ray.core.crd_fields import first_unknown_field, kuberay_version_needed, unknown_fields
 from miles_ray.core.errors import ClusterError, ConfigError, Conflict, Invalid, NotFound, TimedOut, Unreachable
 from miles_ray.core.heads import k8s_address, service_url
 from miles_ray.core.progress import Progress, say as _say
@@ -113,18 +113,20 @@ def unchecked_token_secret(cfg: MilesRayConfig, secret: str) -> str:
 
 
 def check_fields_known(rendered: dict, schema: dict | None) -> None:
-    """Refuse (exit 2) the first field of the rendered RayCluster that the installed CRD's schema does not
-    declare: the API server would silently drop it (e.g. ``spec.authOptions`` on KubeRay < v1.5.1 -- the
-    cluster would then come up without token authentication)."""
+    """Refuse (exit 2) the fields of the rendered RayCluster that the installed CRD's schema does not declare,
+    naming the first (and the version it needs) and any others: the API server would silently drop them (e.g.
+    ``spec.authOptions`` on KubeRay < v1.5.1 -- the cluster would then come up without token authentication)."""
     if not schema:
         return  # a CRD without a structural schema prunes nothing
     unknown = first_unknown_field(rendered, schema)
     if unknown is None:
         return
     path, value = unknown
+    others = [p for p in unknown_fields(rendered, schema) if p != path]
     raise Invalid(f"the KubeRay operator installed on this cluster does not know RayCluster field {path} "
                   f"(its CRD has no such field; the API server would drop it); it needs KubeRay >= "
-                  f"{kuberay_version_needed(path, value)}",
+                  f"{kuberay_version_needed(path, value)}"
+                  + (f"; it does not know {', '.join(others[:5])} either" if others else ""),
                   hint="upgrade the KubeRay operator and its CRDs, or change the setting that renders it")
 
 
@@ -382,7 +384,7 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
             raise ClusterError(f"not enough free GPU nodes to grow from {now} to {nodes}: {len(fit)} fit "
                                f"{gpus} GPU(s), {cpu:g} CPU and {memory / 2**30:.0f}Gi free, as each worker of "
                                f"{name} requests", hint="use a smaller --nodes or free GPUs")
-    patched, notes = rays.set_replicas(cfg.namespace, name, cfg.worker_group, nodes, on_retry=progress)
+    _, notes = rays.set_replicas(cfg.namespace, name, cfg.worker_group, nodes, on_retry=progress)
     for n in notes:
         _say(progress, f"adjusted {n} (explicitly, so KubeRay does not clamp the new size)")
     result = KubeScale(**{"name": cfg.name, "raycluster": name, "from": now, "to": nodes, "adjusted": notes,
