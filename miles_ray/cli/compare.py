@@ -23,8 +23,8 @@ def _fmt(v) -> str:
 
 @run_options
 def compare_cmd(
-    run_a: Annotated[str, typer.Argument(help="first run", show_default=False)],
-    run_b: Annotated[str, typer.Argument(help="second run", show_default=False)],
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="the first run to compare", show_default=False)],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="the second run to compare", show_default=False)],
     target: RunFlags = RunFlags(),
     output: OutputOpt = Output.table,
 ) -> None:

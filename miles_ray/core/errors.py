@@ -19,6 +19,8 @@ code  meaning
 
 from __future__ import annotations
 
+import re
+
 from miles_ray.core.secrets import redact
 
 EXIT_OK = 0
@@ -132,6 +134,42 @@ class Interrupted(MilesRayError):
     """Ctrl-C / SIGINT while waiting: says what was left in place and how to resume (exit 130)."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+_PLAIN: list[tuple[str, str]] = [
+    (r"^Value error, ", ""),
+    (r"^Assertion failed, ", ""),
+    (r"^'([^']*)' is not one of (.+?)\.?$", r"must be one of \2 (got '\1')"),
+    (r"^Input should be greater than or equal to (\S+)$", r"must be at least \1"),
+    (r"^Input should be less than or equal to (\S+)$", r"must be at most \1"),
+    (r"^Input should be greater than (\S+)$", r"must be more than \1"),
+    (r"^Input should be less than (\S+)$", r"must be less than \1"),
+    (r"^Input should be a valid integer.*$", "must be a whole number"),
+    (r"^Input should be a finite number$", "must be a finite number"),
+    (r"^Input should be a valid number.*$", "must be a number"),
+    (r"^Input should be a valid boolean.*$", "must be true or false"),
+    (r"^Input should be a valid string$", "must be text"),
+    (r"^Input should be a valid list$", "must be a list"),
+    (r"^Input should be a valid dictionary.*$", "must be a mapping (key: value)"),
+    (r"^Input should be (.+)$", r"must be \1"),
+    (r"^String should have at most (\d+) characters?$", r"must be at most \1 characters"),
+    (r"^String should have at least (\d+) characters?$", r"must be at least \1 characters"),
+    (r"^String should match pattern (.+)$", r"must match \1"),
+    (r"^List should have at most (\d+) items?.*$", r"must have at most \1 items"),
+    (r"^Field required$", "is required"),
+    (r"^Option '(\S+)' requires an argument\.?$", r"\1 needs a value"),
+    (r"^Extra inputs are not permitted$", "is not a known key"),
+]
+
+
+def plain(message: str) -> str:
+    """A validator's message (pydantic's, or Typer's wording of it) in miles-ray's own words, one line:
+    ``Input should be greater than or equal to 1`` -> ``must be at least 1``,
+    ``Value error, 'xml' is not one of 'table', 'json'`` -> ``must be one of 'table', 'json' (got 'xml')``."""
+    text = " ".join(str(message).split())
+    for pattern, repl in _PLAIN:
+        text = re.sub(pattern, repl, text)
+    return text
 
 
 def from_http_status(status: int | None, message: str, hint: str | None = None) -> ClusterError:

@@ -80,6 +80,11 @@ def prepare(cfg: MilesRayConfig, kinds: Collection[Document]) -> ClusterDocument
     is not a Ray cluster of ours (its launcher starts Ray in its pod): no Ray version, no plan, and it is built
     alone. ``Document.operation_cr`` builds the operation it is converted from."""
     kinds = set(kinds)
+    if not cfg.image and not cfg.ray_version and Document.single_node not in kinds:
+        # every missing required input in one line, not one per attempt
+        raise ConfigError("no image and no Ray version given",
+                          hint="pass --image repo[:tag]@sha256:<64 hex> and --ray-version with the version "
+                               "installed in the image, or set 'image' and 'ray_version' in miles-ray.yaml")
     image, warnings = pinned_image(cfg)
     if Document.single_node in kinds:
         if kinds != {Document.single_node}:
