@@ -30,6 +30,11 @@ def runs_cmd(
     records = list_runs(namespace=namespace, live=live, kube_context=context, kubeconfig=kubeconfig)
 
     def table() -> None:
+        if not records:
+            where = f" on clusters in namespace {namespace!r}" if namespace is not None else ""
+            out.print(f"no runs yet{where}: 'miles-ray submit --rehearse --nodes 2' tries one on a local cluster "
+                      "('miles-ray up --backend local --nodes 2'); 'miles-ray submit --help' for a real run")
+            return
         t = Table("run", "status", "recipe", "split", "mode", "cluster", "created", "output dir")
         for r in records:
             split = r.get("split", {})

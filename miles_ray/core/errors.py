@@ -7,7 +7,8 @@ an error by matching its message text); ``miles_ray.cli.app`` maps them to exit 
 code  meaning
 ====  ======================================================================================
 0     done
-1     a cluster or service failed us (unreachable, not found, conflict, forbidden, timed out)
+1     a cluster or service failed us (unreachable, conflict, forbidden, timed out), or a named cluster or run
+      was not found (one code for both)
 2     bad input (flags, config, recipe file, an infeasible split, a spec the server refuses)
 3     the job failed (``status RUN``, ``logs -f``, ``submit --wait`` ending FAILED)
 4     checks found problems (``doctor``, ``check-data``, ``comm-check``)
@@ -34,7 +35,7 @@ EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "done",
-    EXIT_SERVICE: "a cluster or service failed (unreachable, not found, conflict, forbidden, timed out)",
+    EXIT_SERVICE: "a cluster or service failed (unreachable, conflict, forbidden, timed out), or a cluster or run named was not found",
     EXIT_BAD_INPUT: "bad input (flags, config, recipe file, an infeasible split, a refused spec)",
     EXIT_JOB_FAILED: "the job failed",
     EXIT_CHECKS_FAILED: "checks found problems (doctor, check-data, comm-check)",
