@@ -242,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         from click import exceptions as click  # type: ignore[no-redef]
 
     _debug = False
+    common = sys.modules.get("miles_ray.cli.common")  # loaded by an earlier command in this process
+    if common is not None:
+        common.reset_wide()
     try:
         rv = app(args=argv, prog_name="miles-ray", standalone_mode=False)
         return rv if isinstance(rv, int) else EXIT_OK
