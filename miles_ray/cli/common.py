@@ -25,15 +25,14 @@ class _Page(Console):
     columns instead of Rich's 80, so tables stay readable."""
 
     @property
-    def width(self) -> int:
+    def size(self):  # type: ignore[override]
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
         columns = os.environ.get("COLUMNS", "")
-        if columns.isdigit() and int(columns) > 0:
-            return int(columns)
-        return Console.width.fget(self)  # type: ignore[attr-defined]
+        return size._replace(width=int(columns)) if columns.isdigit() and int(columns) > 0 else size
 
-    @width.setter
-    def width(self, value: int) -> None:
-        Console.width.fset(self, value)  # type: ignore[attr-defined]
+    @size.setter
+    def size(self, new_size) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
 
 
 out = _Page(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
