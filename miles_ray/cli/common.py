@@ -111,7 +111,10 @@ def fit_table(columns: Sequence[Col], rows: Sequence[Sequence[str]], **table_kw:
         while need(shown) > limit and by_keep:
             shown.remove(by_keep.pop(0))
     full = 1 + sum(3 + widths[i] for i in shown)
-    t = Table(**table_kw, width=full if wide and full > limit else None)
+    # -o wide: as wide as the columns need; otherwise a terminal too narrow even for the key column alone gets a
+    # longer line rather than a cut name
+    width = full if wide and full > limit else need(shown) if need(shown) > limit else None
+    t = Table(**table_kw, width=width)
     for i in shown:
         c = columns[i]
         if c.key:

@@ -11,7 +11,7 @@ from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt,
 from miles_ray.core.config import load_config
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.probes import check_data_bound
-from miles_ray.services.doctor import DoctorReport, doctor
+from miles_ray.services.doctor import DoctorReport, check_target, doctor
 
 MARK = {"problem": "[red]✗[/]", "warning": "[yellow]![/]", "ok": "[green]✓[/]", "skipped": "[dim]-[/]"}
 
@@ -63,6 +63,7 @@ def doctor_cmd(
         target = None  # --name names the cluster (cfg.name), never a run
     cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe_file=recipe_file), config)
+    check_target(cfg, target)  # bad input before any progress line
     # time left: the data checks' whole bound, plus a minute for the Kubernetes and Ray reads around them
     with progress_display(f"diagnosing {target or cfg.name}", timeout=check_data_bound(timeout) + 60) as p:
         rep = doctor(cfg, target, backend.value, address, timeout=timeout, progress=p)

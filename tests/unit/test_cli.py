@@ -492,3 +492,9 @@ def test_every_missing_input_in_one_line_before_any_progress(cli, clean_env) -> 
     assert code == 2 and err.count("\n") == 1 and "no image" in err, err
     code, _, err = cli("submit", "--run", "BAD")
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: run name 'BAD'"), err
+
+
+def test_doctor_refuses_a_bad_target_before_any_progress(cli, clean_env, monkeypatch) -> None:
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(clean_env / "state"))
+    code, out, err = cli("doctor", "Bad_Name")
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: doctor Bad_Name"), err

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from miles_ray.adapters import local_ray, state
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.errors import ClusterError, ConfigError, plain
 from miles_ray.core.progress import Progress
 from miles_ray.services.doctor.findings import PROBLEM, WARNING, DoctorReport, Finding, finding
 from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
@@ -79,6 +79,18 @@ def _address_side(cfg: MilesRayConfig, address: str | None, progress: Progress) 
 SIDES: dict[str, Callable[[MilesRayConfig, str | None, Progress], _Side]] = {
     "kubernetes": _kubernetes_side, "local": _local_side, "address": _address_side}
 """The backend's own checks, by the backend the cluster (or the run's record) names."""
+
+
+def check_target(cfg: MilesRayConfig, target: str | None) -> None:
+    """Bad input before anything is looked at (the verb calls it before its progress display): ``target`` is a
+    run of this machine or a valid cluster name."""
+    if target and not (re.fullmatch(r"^[a-z0-9-]+$", target) and state.read_json(state.record_path(target))):
+        try:
+            MilesRayConfig.model_validate({**cfg.model_dump(), "name": target})
+        except ValidationError as e:
+            raise ConfigError(f"doctor {target}: not a run of this machine, and not a valid cluster name "
+                              f"({plain(str(e.errors()[0]['msg']))})",
+                              hint="'miles-ray runs' lists runs; cluster names are DNS-1035 labels") from None
 
 
 def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto", address: str | None = None,
