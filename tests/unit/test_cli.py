@@ -498,3 +498,13 @@ def test_doctor_refuses_a_bad_target_before_any_progress(cli, clean_env, monkeyp
     monkeypatch.setenv("MILES_RAY_STATE_DIR", str(clean_env / "state"))
     code, out, err = cli("doctor", "Bad_Name")
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: doctor Bad_Name"), err
+
+
+def test_runs_compare_never_cuts_the_run_names(cli, long_runs, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = cli("runs", "compare", *long_runs)
+    assert code == 0, err
+    assert f"A: {long_runs[0]}\nB: {long_runs[1]}\n" in out  # too long for headers: named once, whole
+    table_lines = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert "…" not in "".join(table_lines) and max(map(len, table_lines)) <= 80
+    assert "/with/a/long/path" in "".join(line.split("│")[2].strip() for line in table_lines if line.count("│") > 3)
