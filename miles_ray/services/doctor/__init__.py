@@ -110,7 +110,7 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
             cfg = MilesRayConfig.model_validate({**cfg.model_dump(), "name": target})
         except ValidationError as e:
             raise ConfigError(f"doctor {target}: not a run of this machine, and not a valid cluster name "
-                              f"({str(e.errors()[0]['msg']).removeprefix('Value error, ')})",
+                              f"({plain(str(e.errors()[0]['msg']))})",
                               hint="'miles-ray runs' lists runs; cluster names are DNS-1035 labels") from None
     if backend == "auto":
         backend = "address" if address and not record else pick_backend("auto", cfg)
