@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 
 
 def state_dir() -> Path:
@@ -152,7 +152,8 @@ def create_record(record: dict[str, Any]) -> Path:
 def load_record(run: str) -> dict[str, Any]:
     data = read_json(record_path(run))
     if data is None:
-        raise ConfigError(f"no run named {run!r}", hint="'miles-ray runs' lists the runs this machine submitted")
+        # not found: exit 1, like a cluster that is not found (the exit-code table in core/errors.py)
+        raise NotFound(f"no run named {run!r}", hint="'miles-ray runs' lists the runs this machine submitted")
     return data
 
 

@@ -11,7 +11,8 @@ from collections.abc import Iterator, Mapping
 import typer
 from typer.core import TyperGroup
 
-from miles_ray.core.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SERVICE, MilesRayError
+from miles_ray.core.errors import (EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_SERVICE, MilesRayError,
+                                   plain)
 from miles_ray.core.secrets import redact
 
 # verb -> (module in miles_ray.cli, its command function or Typer group, the first paragraph of its help).
@@ -193,6 +194,43 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _help_path(e, argv: list[str] | None) -> str:
+    """The command whose --help an error points at: the verb (and subcommand) typed, even when the error came
+    from parsing it before its own context existed (``miles-ray plan --nodes`` -> ``miles-ray plan``)."""
+    typed = ["miles-ray"]
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    if words and words[0] in VERBS:
+        typed.append(words[0])
+        if len(words) > 1 and words[1] in GROUPS.get(words[0], {}):
+            typed.append(words[1])
+    path = e.ctx.command_path if e.ctx else "miles-ray"
+    return path if len(path.split()) >= len(typed) else " ".join(typed)
+
+
+def _usage_message(e, click) -> str:
+    """A usage error in miles-ray's words: the flag or argument by the name the user types, then what is
+    wrong with it (never a Python parameter name or a validator's wording)."""
+    param = getattr(e, "param", None)
+    if param is not None and isinstance(e, click.MissingParameter):
+        if getattr(param, "param_type_name", "") == "argument":
+            name = param.metavar or param.name.upper()
+            help_text = getattr(param, "help", None)
+            return f"missing {name}" + (f" ({help_text})" if help_text else "")
+        return f"missing {_flag(param)}"
+    if param is not None and isinstance(e, click.BadParameter):
+        what = (param.metavar or param.name.upper()) if getattr(param, "param_type_name", "") == "argument" \
+            else _flag(param)
+        return f"{what} {plain(e.message)}".rstrip(".")
+    return plain(e.format_message())
+
+
+def _flag(param) -> str:
+    """The long spelling of an option (``--nodes`` rather than ``-N``)."""
+    opts = list(getattr(param, "opts", []) or [])
+    longs = [o for o in opts if o.startswith("--")]
+    return (longs or opts or [param.name])[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point, and the ONE place where outcomes become exit codes (the table in
     :mod:`miles_ray.core.errors`, printed by `miles-ray --help`): every failure is one `error:` line on
@@ -204,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         from click import exceptions as click  # type: ignore[no-redef]
 
     _debug = False
+    common = sys.modules.get("miles_ray.cli.common")  # loaded by an earlier command in this process
+    if common is not None:
+        common.reset_wide()
     try:
         rv = app(args=argv, prog_name="miles-ray", standalone_mode=False)
         return rv if isinstance(rv, int) else EXIT_OK
@@ -214,8 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print(e.ctx.get_help() if e.ctx else "", file=sys.stdout)
         return EXIT_OK
     except click.UsageError as e:
-        cmd = e.ctx.command_path if e.ctx else "miles-ray"
-        return _fail(f"{e.format_message()} (see '{cmd} --help')", EXIT_BAD_INPUT)
+        return _fail(f"{_usage_message(e, click)} (see '{_help_path(e, argv)} --help')", EXIT_BAD_INPUT)
     except typer.Exit as e:
         return e.exit_code
     except (typer.Abort, KeyboardInterrupt):

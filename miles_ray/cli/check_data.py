@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from miles_ray.cli.common import (ConfigOpt, Output, OutputOpt, RecipeFileOpt, RecipeOpt, checks_failed, emit, out,
-                                  progress_display)
+from miles_ray.cli.common import (Col, ConfigOpt, Output, OutputOpt, RecipeFileOpt, RecipeOpt, checks_failed, emit, fit_table,
+                                  out, print_table, progress_display)
 from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.probes import check_data_bound
 from miles_ray.core.recipes import get_recipe
@@ -19,13 +18,14 @@ ResumeOpt = Annotated[Optional[str], typer.Option("--resume-from", help="RUN or 
 
 
 def report_table(rep: CheckDataReport) -> None:
-    t = Table("node", "role", "mount", "same storage", "problems", title=f"check-data {rep.recipe} on {rep.address}",
-              title_justify="left")
+    rows = []
     for n in rep.nodes:
         mount = ("mount point" if n.mount_is_mountpoint else "directory") if n.mount_exists else "missing"
         same = {True: "yes", False: "NO"}.get(n.same_storage, "-")
-        t.add_row(n.node_ip or "?", n.role, mount, same, str(len(n.missing)) or "0")
-    out.print(t)
+        rows.append([n.node_ip or "?", n.role, mount, same, str(len(n.missing)) or "0"])
+    print_table(fit_table([Col("node", key=True), Col("role", keep=2), Col("mount", keep=3),
+                           Col("same storage", keep=4), Col("problems", keep=5)], rows,
+                          title=f"check-data {rep.recipe} on {rep.address}", title_justify="left"))
     for line in rep.missing:
         out.print(f"[red]✗[/] {line}")
     if rep.ok:

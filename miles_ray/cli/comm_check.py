@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, checks_failed, emit, out, progress_display
+from miles_ray.cli.common import (Col, ConfigOpt, Output, OutputOpt, checks_failed, emit, fit_table, out, print_table,
+                                  progress_display)
 from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.probes import comm_check_bound
 from miles_ray.services.comm_check import comm_check
@@ -47,15 +48,11 @@ def comm_check_cmd(
                             progress=p)
 
     def table() -> None:
-        from rich.table import Table
-
-        t = Table("node", "id", "interface", "result", "ring bytes/s", "reason")
-        for n in result.nodes:
-            t.add_row(n.ip or "?", (n.node_id or "?")[:12],
-                      f"{n.interface or '?'} ({n.address or '-'})" if n.interface else "?",
-                      "[green]PASS[/]" if n.ok else f"[red]FAIL[/] ({n.status})",
-                      _rate(n.bytes_per_s), n.error or n.note or "")
-        out.print(t)
+        rows = [[n.ip or "?", (n.node_id or "?")[:12], f"{n.interface or '?'} ({n.address or '-'})" if n.interface else "?",
+                 "[green]PASS[/]" if n.ok else f"[red]FAIL[/] ({n.status})", _rate(n.bytes_per_s), n.error or n.note or ""]
+                for n in result.nodes]
+        print_table(fit_table([Col("node", key=True), Col("id", keep=2), Col("interface", keep=3), Col("result", keep=6),
+                               Col("ring bytes/s", keep=4), Col("reason", keep=5)], rows))
         size = result.size_bytes / 2**20
         out.print(f"backend {result.backend or '?'}, {size:g} MiB all-reduce over "
                   f"{sum(1 for n in result.nodes if n.rank is not None)} of "

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
 from enum import Enum
-from typing import Annotated, Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -17,8 +19,23 @@ from miles_ray.core.results import Result
 from miles_ray.core.errors import (EXIT_JOB_RUNNING, EXIT_JOB_STOPPED, EXIT_SERVICE, ChecksFailed, ConfigError,
                                    JobFailed)
 
-# Piped output (CI logs, files) gets a wide page instead of Rich's 80 columns, so tables stay readable.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+class _Page(Console):
+    """stdout: as wide as $COLUMNS says when it is set (read at each print, so a resized shell or a test's
+    COLUMNS=80 counts); else the terminal's width, or for piped output (CI logs, files) a wide page of 200
+    columns instead of Rich's 80, so tables stay readable."""
+
+    @property
+    def size(self):  # type: ignore[override]
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        columns = os.environ.get("COLUMNS", "")
+        return size._replace(width=int(columns)) if columns.isdigit() and int(columns) > 0 else size
+
+    @size.setter
+    def size(self, new_size) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+out = _Page(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -26,6 +43,92 @@ class Output(str, Enum):
     table = "table"
     json = "json"
     yaml = "yaml"
+
+
+class TableOutput(str, Enum):
+    """-o of a verb that prints a table: also ``wide``, every column at its full width (long lines)."""
+
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+_wide = False  # this command's -o was wide (set by table_output, read by fit_table; reset for each command)
+
+
+def table_output(output: TableOutput | Output) -> Output:
+    """The Output of a table verb's -o: ``wide`` is a table with every column (remembered for fit_table)."""
+    global _wide
+    _wide = output == TableOutput.wide
+    return Output.table if _wide else Output(output.value)
+
+
+def reset_wide() -> None:
+    global _wide
+    _wide = False
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of :func:`fit_table`. The ``key`` column names the row (run, recipe, pod, node): it is never cut,
+    folded or dropped. The others fold to fit and, at narrow widths, go from the last one (lowest ``keep``)
+    first; ``wide`` ones show only with -o wide."""
+
+    header: str
+    key: bool = False
+    wide: bool = False
+    keep: int = 0
+    justify: str = "left"
+
+
+_FLOOR = 8  # a folded column narrower than this is not worth showing
+
+
+def fit_table(columns: Sequence[Col], rows: Sequence[Sequence[str]], **table_kw: Any) -> Any:
+    """A Rich Table that fits ``out``'s width without ever cutting its key column: the other columns fold, and when
+    even folded they cannot fit, the least kept ones are dropped (``-o wide`` shows every column, lines as long as
+    they need: the terminal wraps them, like kubectl's -o wide)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    wide = _wide
+    shown = [i for i, c in enumerate(columns) if wide or not c.wide]
+
+    def natural(i: int) -> int:
+        cells = [Text.from_markup(str(r[i])).cell_len for r in rows] if rows else []
+        return max([len(columns[i].header), *cells])
+
+    widths = {i: natural(i) for i in shown}
+    limit = out.width
+
+    def need(keep: list[int]) -> int:
+        return 1 + sum(3 + (widths[i] if columns[i].key else min(widths[i], max(len(columns[i].header), _FLOOR)))
+                       for i in keep)
+
+    if not wide:
+        by_keep = sorted((i for i in shown if not columns[i].key), key=lambda i: (columns[i].keep, -i))
+        while need(shown) > limit and by_keep:
+            shown.remove(by_keep.pop(0))
+    full = 1 + sum(3 + widths[i] for i in shown)
+    # -o wide: as wide as the columns need; otherwise a terminal too narrow even for the key column alone gets a
+    # longer line rather than a cut name
+    width = full if wide and full > limit else need(shown) if need(shown) > limit else None
+    t = Table(**table_kw, width=width)
+    for i in shown:
+        c = columns[i]
+        if c.key:
+            t.add_column(c.header, no_wrap=True, min_width=widths[i], justify=c.justify)
+        else:
+            t.add_column(c.header, overflow="fold", justify=c.justify)
+    for r in rows:
+        t.add_row(*(str(r[i]) for i in shown))
+    return t
+
+
+def print_table(table: Any) -> None:
+    """Print a table from fit_table: never cropped (with -o wide it may be wider than the terminal)."""
+    out.print(table, crop=False)
 
 
 class Layout(str, Enum):
@@ -36,6 +139,7 @@ class Layout(str, Enum):
 # -- option types (Annotated so every verb spells them the same way) --------------------------------
 ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="config file (default: ./miles-ray.yaml or $MILES_RAY_CONFIG)", show_default=False)]
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table for people, json/yaml for scripts")]
+TableOutputOpt = Annotated[TableOutput, typer.Option("--output", "-o", help="table for people (wide: every column, full width), json/yaml for scripts")]
 NameOpt = Annotated[Optional[str], typer.Option("--name", help="cluster name (DNS-1035, <= 53 chars)", show_default=False)]
 NamespaceOpt = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Kubernetes namespace", show_default=False)]
 RecipeOpt = Annotated[Optional[str], typer.Option("--recipe", "-r", help="recipe name, see 'miles-ray recipes' [default: Qwen3-4B]", show_default=False)]

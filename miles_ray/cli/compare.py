@@ -21,10 +21,17 @@ def _fmt(v) -> str:
     return s if len(s) <= 72 else s[:69] + "..."
 
 
+def folded(table):
+    """A value that does not fit folds onto the next line instead of ending in '…' (a path stays whole)."""
+    for column in table.columns:
+        column.overflow = "fold"
+    return table
+
+
 @run_options
 def compare_cmd(
-    run_a: Annotated[str, typer.Argument(help="first run", show_default=False)],
-    run_b: Annotated[str, typer.Argument(help="second run", show_default=False)],
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="the first run to compare", show_default=False)],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="the second run to compare", show_default=False)],
     target: RunFlags = RunFlags(),
     output: OutputOpt = Output.table,
 ) -> None:
@@ -43,21 +50,25 @@ def compare_cmd(
 
     def table() -> None:
         a, b = result.a, result.b
-        t = Table("", a, b, "", title="runs", title_justify="left")
+        if 4 * 3 + 1 + 16 + len("differs") + len(a) + len(b) > out.width:
+            # the run names do not fit as column headers: name them once, whole, and head the columns A and B
+            out.print(f"A: {a}\nB: {b}")
+            a, b = "A", "B"
+        t = folded(Table("", a, b, "", title="runs", title_justify="left"))
         for row in result.provenance + result.split:
             if row.a is None and row.b is None:
                 continue
             t.add_row(row.field, _fmt(row.a), _fmt(row.b), "" if row.same else "[yellow]differs[/]")
         out.print(t)
         ev = result.eval
-        t = Table("", a, b, title="evaluation", title_justify="left")
+        t = folded(Table("", a, b, title="evaluation", title_justify="left"))
         t.add_row("eval data", ", ".join(f"{k}={v}" for k, v in ev.a.data.items()) or "-",
                   ", ".join(f"{k}={v}" for k, v in ev.b.data.items()) or "-")
         t.add_row("dataset revision", _fmt(ev.a.dataset_revision), _fmt(ev.b.dataset_revision))
         for k in sorted(set(ev.a.procedure) | set(ev.b.procedure)):
             t.add_row(k, _fmt(ev.a.procedure.get(k)), _fmt(ev.b.procedure.get(k)))
         out.print(t)
-        t = Table("final metric (last logged value)", a, b, title="metrics", title_justify="left")
+        t = folded(Table("final metric (last logged value)", a, b, title="metrics", title_justify="left"))
         for row in result.metrics:
             t.add_row(row.metric, _fmt(row.a) + (f" @{row.a_at}" if row.a_at is not None else ""),
                       _fmt(row.b) + (f" @{row.b_at}" if row.b_at is not None else ""))

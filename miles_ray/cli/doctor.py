@@ -6,11 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NamespaceOpt, Output,
-                                  OutputOpt, RecipeFileOpt, checks_failed, config_flags, emit, out, progress_display)
+from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
+                                  Output, OutputOpt, RecipeFileOpt, checks_failed, config_flags, emit, out, progress_display)
 from miles_ray.core.config import load_config
+from miles_ray.core.errors import ConfigError
 from miles_ray.core.probes import check_data_bound
-from miles_ray.services.doctor import DoctorReport, doctor
+from miles_ray.services.doctor import DoctorReport, check_target, doctor
 
 MARK = {"problem": "[red]✗[/]", "warning": "[yellow]![/]", "ok": "[green]✓[/]", "skipped": "[dim]-[/]"}
 
@@ -28,7 +29,8 @@ def findings_table(rep: DoctorReport) -> None:
 
 
 def doctor_cmd(
-    target: Annotated[Optional[str], typer.Argument(metavar="CLUSTER|RUN", help="a cluster name or a run name (default: the configured cluster)", show_default=False)] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="CLUSTER|RUN", help="a cluster name or a run name (default: the configured cluster); a cluster is also named by --name, like on every other verb", show_default=False)] = None,
+    name: NameOpt = None,
     backend: BackendOption = Backend.auto,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard URL of a reachable head (e.g. a port-forward): adds the data, checkpoint and Ray-version checks", show_default=False)] = None,
     namespace: NamespaceOpt = None,
@@ -51,11 +53,17 @@ def doctor_cmd(
     Examples:
 
     \b
-      miles-ray doctor miles --namespace ml
+      miles-ray doctor --name miles --namespace ml
       miles-ray doctor q4-b --address http://127.0.0.1:8265
     """
-    cfg = load_config(config_flags(namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
+    if name is not None and target is not None and name != target:
+        raise ConfigError(f"doctor was given two targets: {target!r} and --name {name!r}",
+                          hint="give one: --name CLUSTER, or CLUSTER|RUN")
+    if name is not None:
+        target = None  # --name names the cluster (cfg.name), never a run
+    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
                                    recipe_file=recipe_file), config)
+    check_target(cfg, target)  # bad input before any progress line
     # time left: the data checks' whole bound, plus a minute for the Kubernetes and Ray reads around them
     with progress_display(f"diagnosing {target or cfg.name}", timeout=check_data_bound(timeout) + 60) as p:
         rep = doctor(cfg, target, backend.value, address, timeout=timeout, progress=p)

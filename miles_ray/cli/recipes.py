@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
-from miles_ray.cli.common import Output, OutputOpt, RecipeFileOpt, emit, out
+from miles_ray.cli.common import (Col, RecipeFileOpt, TableOutput, TableOutputOpt, emit, fit_table, out, print_table,
+                                  table_output)
 from miles_ray.services.recipes import list_recipes
 
 
-def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.table) -> None:
+def recipes_cmd(recipe_file: RecipeFileOpt = None, output: TableOutputOpt = TableOutput.table) -> None:
     """List the recipes: parallel sizes, GPUs per rollout engine, batch sizes and directories.
 
     Built-in recipes mirror the upstream Miles launchers (scripts/run_*.py) at one pinned commit of
@@ -22,19 +21,23 @@ def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.ta
     megatron_dir: ..., tensor_parallel: ..., rollout_gpus_per_engine: ..., attention_heads: ..., model_args:
     [...], train_args: [...]} ]'; see docs/recipes.md). -o json: {"upstream_miles_commit": ..., "recipes": [...]}.
     """
+    output = table_output(output)
     result = list_recipes(recipe_file)
 
     def table() -> None:
         out.print(f"built-in recipes mirror radixark/miles {result.upstream_miles_commit}")
-        t = Table("recipe", "TP", "PP", "CP", "EP", "GPUs/engine", "GBS", "layout", "hardware", "launcher")
+        rows = []
         for r in result.recipes:
             hardware = "nvidia" if r.plannable else (f"{r.hardware} (not plannable)" if r.hardware != "nvidia"
                                                      else "nvidia (listed, not planned)")
             sizes = [str(v) for v in (r.tensor_parallel, r.pipeline_parallel, r.context_parallel,
                                       r.expert_parallel, r.rollout_gpus_per_engine, r.global_batch_size)]
-            t.add_row(r.name, *(sizes if r.plannable else ["-"] * len(sizes)),
-                      r.default_layout if r.plannable else "-", hardware, " ".join([r.launcher, *r.launcher_args]))
-        out.print(t)
+            rows.append([r.name, *(sizes if r.plannable else ["-"] * len(sizes)),
+                         r.default_layout if r.plannable else "-", hardware, " ".join([r.launcher, *r.launcher_args])])
+        # the recipe name ('--recipe NAME') is never cut; at narrow widths the launcher goes first
+        print_table(fit_table([Col("recipe", key=True), *(Col(h, keep=5) for h in ("TP", "PP", "CP", "EP")),
+                               Col("GPUs/engine", keep=6), Col("GBS", keep=4), Col("layout", keep=7),
+                               Col("hardware", keep=3), Col("launcher", keep=1)], rows))
         for r in result.recipes:
             if not r.plannable:
                 out.print(f"  {r.name}: not planned: {r.not_plannable_reason}")

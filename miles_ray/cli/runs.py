@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
-
-from miles_ray.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, emit, out
+from miles_ray.cli.common import (Col, ContextOpt, KubeconfigOpt, TableOutput, TableOutputOpt, emit, fit_table, out,
+                                  print_table, table_output)
 from miles_ray.services.runs import list_runs
 
 
@@ -18,7 +17,7 @@ def runs_cmd(
     namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="only the runs on clusters in this Kubernetes namespace", show_default=False)] = None,
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: TableOutputOpt = TableOutput.table,
 ) -> None:
     """Run records: list them (the default), compare two.
 
@@ -27,15 +26,25 @@ def runs_cmd(
     """
     if ctx.invoked_subcommand is not None:
         return
+    output = table_output(output)
     records = list_runs(namespace=namespace, live=live, kube_context=context, kubeconfig=kubeconfig)
 
     def table() -> None:
-        t = Table("run", "status", "recipe", "split", "mode", "cluster", "created", "output dir")
+        if not records:
+            where = f" on clusters in namespace {namespace!r}" if namespace is not None else ""
+            out.print(f"no runs yet{where}: 'miles-ray submit --rehearse --nodes 2' tries one on a local cluster "
+                      "('miles-ray up --backend local --nodes 2'); 'miles-ray submit --help' for a real run")
+            return
+        rows = []
         for r in records:
             split = r.get("split", {})
-            t.add_row(r["run"], r.get("status", "-"), r["recipe"],
-                      f"{split.get('nodes')}x{split.get('gpus_per_node')} {split.get('layout')}", r["mode"],
-                      r["cluster"], r["created"], r["output_dir"])
-        out.print(t)
+            rows.append([r["run"], r.get("status", "-"), r["recipe"],
+                         f"{split.get('nodes')}x{split.get('gpus_per_node')} {split.get('layout')}", r["mode"],
+                         r["cluster"], r["created"], r["output_dir"]])
+        # the run name is never cut ('logs RUN' needs it whole); at narrow widths the output dir, creation time,
+        # mode and split go first
+        print_table(fit_table([Col("run", key=True), Col("status", keep=9), Col("recipe", keep=7),
+                               Col("split", keep=4), Col("mode", keep=3), Col("cluster", keep=6),
+                               Col("created", keep=2), Col("output dir", keep=1)], rows))
 
     emit(records, output, table)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, job_state_exit, notices
+from miles_ray.cli.common import ConfigOpt, TableOutput, TableOutputOpt, emit, job_state_exit, notices, table_output
 from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.cli.views import cluster_status, run_status_line
 from miles_ray.services import clusters
@@ -19,7 +19,7 @@ def status_cmd(
     cluster: ClusterFlags = ClusterFlags(),
     ray: Annotated[bool, typer.Option("--ray/--no-ray", help="kubernetes: also ask Ray (via a port-forward to the head) how many nodes are alive and since when it is idle")] = False,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: TableOutputOpt = TableOutput.table,
 ) -> None:
     """Show the cluster (nodes alive in Ray, GPUs per node) or, given RUN, that run's job.
 
@@ -30,6 +30,7 @@ def status_cmd(
     is shown instead, saying so. With RUN the exit code tells the job's state: 0 succeeded, 3 failed, 5 pending or running, 6 stopped
     (--namespace must then be the namespace of the run's cluster).
     """
+    output = table_output(output)
     if run:
         info = run_status(pick_run(run, cluster.namespace), kube_context=cluster.context, kubeconfig=cluster.kubeconfig)
         emit(info, output, lambda: run_status_line(info))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from enum import Enum
 from typing import Annotated, Optional
 
@@ -16,7 +15,7 @@ from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpusOpt, ImageOpt
 from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.cli.views import read_logs
 from miles_ray.core.runs import DryRunView, LauncherExec
-from miles_ray.core.submission import SubmitRequest
+from miles_ray.core.submission import SubmitRequest, split_extra_args, validate_request
 from miles_ray.services.runs.submit import exec_launcher, launcher_command, submit
 
 
@@ -88,10 +87,12 @@ def submit_cmd(
                          rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
                          allow_unpinned=allow_unpinned, recipe_file=recipe_file)
     request = SubmitRequest(run=run, mode=mode.value, rehearse=rehearse, env=list(env or []),
-                            extra_args=shlex.split(extra_args) if extra_args else [], resume_from=resume_from,
+                            extra_args=split_extra_args(extra_args), resume_from=resume_from,
                             force=force, miles_commit=miles_commit, model_revision=model_revision,
                             dataset_revision=dataset_revision, num_rollout=num_rollout, timeout=timeout,
                             wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold)
+
+    validate_request(cfg, request)  # bad input fails here, before any progress line
 
     def send(progress=None):
         return submit(cfg, request, address=address, backend=cluster.backend.value, progress=progress,

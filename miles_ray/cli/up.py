@@ -16,6 +16,7 @@ from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.errors import ConfigError
 from miles_ray.cli.views import cluster_table
 from miles_ray.core.builders import NO_AUTH_WARNING
+from miles_ray.core.prepare import check_inputs
 from miles_ray.services import clusters
 from miles_ray.services.backends.results import KubeUp, LocalUp
 from miles_ray.services.single_node import up_single_node
@@ -87,6 +88,7 @@ def up_cmd(
         if backend is Backend.local or via is Via.kuberay:
             raise ConfigError("--single-node creates a Polyaxon job (the launcher starts Ray inside its pod)",
                               hint="drop --backend local / --via kuberay with --single-node")
+        check_inputs(cfg, single_node=True)  # bad input fails here, before any progress line
         with progress_display(f"creating single-node job {cfg.name}", timeout=timeout if wait else None) as p:
             result = up_single_node(cfg, dry_run.value if dry_run else None, wait, timeout, p)
         for w in result.warnings:
@@ -99,6 +101,8 @@ def up_cmd(
         return
     chosen = clusters.up_backend(cfg, backend.value, via.value, dry_run.value if dry_run else None)
     bounded = chosen.on_this_machine or (wait and not dry_run)
+    if not chosen.on_this_machine:
+        check_inputs(cfg)  # bad input (image, Ray version, split) fails here, before any progress line
     with progress_display(f"starting {chosen.name} cluster {cfg.name}", timeout=timeout if bounded else None) as p:
         result = clusters.up(cfg, chosen, progress=p, timeout=timeout, dry_run=dry_run.value if dry_run else None,
                              wait=wait, ray_check=ray_check)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from rich.table import Table
-
-from miles_ray.cli.common import Output, err, out
+from miles_ray.cli.common import Col, Output, err, fit_table, out, print_table
 from miles_ray.core.runs import RunStatus, SavedCopySource
 from miles_ray.services import runs
 from miles_ray.services.backends.results import (DownCluster, KubeResume, KubeScale, KubeStatus, KubeUp, LocalCluster,
@@ -18,13 +16,12 @@ from miles_ray.services.backends.results import (DownCluster, KubeResume, KubeSc
 
 def nodes_table(status: LocalCluster) -> None:
     """A local cluster: its Ray nodes."""
-    t = Table("node", "role", "state", "GPUs", "CPUs", "address", title=f"cluster {status.name} ({status.backend})",
-              title_justify="left")
-    for n in status.nodes:
-        t.add_row(str(n.get("index", "")), "head" if n.get("is_head") else "gpu worker", n.get("state", ""),
-                  f"{n.get('gpus', 0):g}", f"{n['cpus']:g}" if isinstance(n.get("cpus"), (int, float)) else "",
-                  n.get("node_ip", ""))
-    out.print(t)
+    rows = [[str(n.get("index", "")), "head" if n.get("is_head") else "gpu worker", n.get("state", ""),
+             f"{n.get('gpus', 0):g}", f"{n['cpus']:g}" if isinstance(n.get("cpus"), (int, float)) else "",
+             n.get("node_ip", "")] for n in status.nodes]
+    print_table(fit_table([Col("node", key=True), Col("role", keep=5), Col("state", keep=6), Col("GPUs", keep=4),
+                           Col("CPUs", keep=2), Col("address", keep=3)], rows,
+                          title=f"cluster {status.name} ({status.backend})", title_justify="left"))
     out.print(f"{status.gpu_node_count} GPU worker(s), {status.total_gpus:g} GPUs, dashboard / Jobs API "
               f"{status.dashboard_url}")
 
@@ -50,11 +47,12 @@ def kube_summary(result: KubeUp) -> None:
 
 def polyaxon_status_table(st: PolyaxonRunStatus) -> None:
     """A Polyaxon-made cluster seen through Polyaxon only (no kubeconfig): the run and its conditions."""
-    t = Table("condition", "status", "reason", "message", title=f"Polyaxon run {st.polyaxon_uuid} "
-              f"({st.polyaxon_project}), RayCluster {st.namespace}/{st.raycluster}", title_justify="left")
-    for c in st.polyaxon_conditions:
-        t.add_row(c.get("type") or "", c.get("status") or "", c.get("reason") or "", (c.get("message") or "")[:100])
-    out.print(t)
+    rows = [[c.get("type") or "", c.get("status") or "", c.get("reason") or "", (c.get("message") or "")[:100]]
+            for c in st.polyaxon_conditions]
+    print_table(fit_table([Col("condition", key=True), Col("status", keep=3), Col("reason", keep=2),
+                           Col("message", keep=1)], rows,
+                          title=f"Polyaxon run {st.polyaxon_uuid} ({st.polyaxon_project}), RayCluster "
+                                f"{st.namespace}/{st.raycluster}", title_justify="left"))
     out.print(f"cluster {st.name}: Polyaxon run {st.polyaxon_status}")
 
 
@@ -79,12 +77,12 @@ def kube_status_table(st: KubeStatus | KubeScale | PolyaxonRunStatus | DownClust
     if isinstance(st, PolyaxonRunStatus):
         polyaxon_status_table(st)
         return
-    t = Table("pod", "role", "phase", "node", "reason", title=f"RayCluster {st.namespace}/{st.raycluster}",
-              title_justify="left")
-    for p in st.pods:
-        t.add_row(p["name"], p["role"], p["phase"] + (" ready" if p["ready"] else ""), p["node"] or "-",
-                  (p["reason"] + (": " + p["message"][:80] if p["message"] else "")) or "")
-    out.print(t)
+    rows = [[p["name"], p["role"], p["phase"] + (" ready" if p["ready"] else ""), p["node"] or "-",
+             (p["reason"] + (": " + p["message"][:80] if p["message"] else "")) or ""] for p in st.pods]
+    # the pod name (kubectl logs POD) is never cut; at narrow widths the reason, then the node go first
+    print_table(fit_table([Col("pod", key=True), Col("role", keep=3), Col("phase", keep=4), Col("node", keep=2),
+                           Col("reason", keep=1)], rows,
+                          title=f"RayCluster {st.namespace}/{st.raycluster}", title_justify="left"))
     line = (f"workers ready {st.ready_workers}/{st.desired_workers}, GPUs {st.ready_gpus} "
             f"(desired {st.desired_gpus}), state {st.state}")
     if st.ray_nodes_alive is not None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from miles_ray.core.errors import ConfigError
+from miles_ray.core.errors import ConfigError, plain
 from miles_ray.core.names import check_cluster_name, check_namespace
 from miles_ray.core.safe_yaml import load_yaml_file
 from miles_ray.core.secrets import HINT, secret_name, secret_value
@@ -348,8 +348,7 @@ def load_config(flags: Mapping[str, Any] | None = None, config_file: str | None 
         else:
             source = field or "config"
         loc = ".".join(str(p) for p in err["loc"][1:])
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{source}{'.' + loc if loc else ''}: {msg}") from None
+        raise ConfigError(f"{source}{'.' + loc if loc else ''}: {plain(str(err['msg']))}") from None
 
 
 STARTER = """\

@@ -7,7 +7,8 @@ an error by matching its message text); ``miles_ray.cli.app`` maps them to exit 
 code  meaning
 ====  ======================================================================================
 0     done
-1     a cluster or service failed us (unreachable, not found, conflict, forbidden, timed out)
+1     a cluster or service failed us (unreachable, conflict, forbidden, timed out), or a named cluster or run
+      was not found (one code for both)
 2     bad input (flags, config, recipe file, an infeasible split, a spec the server refuses)
 3     the job failed (``status RUN``, ``logs -f``, ``submit --wait`` ending FAILED)
 4     checks found problems (``doctor``, ``check-data``, ``comm-check``)
@@ -18,6 +19,8 @@ code  meaning
 """
 
 from __future__ import annotations
+
+import re
 
 from miles_ray.core.secrets import redact
 
@@ -32,7 +35,7 @@ EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "done",
-    EXIT_SERVICE: "a cluster or service failed (unreachable, not found, conflict, forbidden, timed out)",
+    EXIT_SERVICE: "a cluster or service failed (unreachable, conflict, forbidden, timed out), or a cluster or run named was not found",
     EXIT_BAD_INPUT: "bad input (flags, config, recipe file, an infeasible split, a refused spec)",
     EXIT_JOB_FAILED: "the job failed",
     EXIT_CHECKS_FAILED: "checks found problems (doctor, check-data, comm-check)",
@@ -132,6 +135,43 @@ class Interrupted(MilesRayError):
     """Ctrl-C / SIGINT while waiting: says what was left in place and how to resume (exit 130)."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+_PLAIN: list[tuple[str, str]] = [
+    (r"^Value error, ", ""),
+    (r"^Assertion failed, ", ""),
+    (r"^'([^']*)' is not one of (.+?)\.?$", r"must be one of \2 (got '\1')"),
+    (r"^Input should be greater than or equal to (\S+)$", r"must be at least \1"),
+    (r"^Input should be less than or equal to (\S+)$", r"must be at most \1"),
+    (r"^Input should be greater than (\S+)$", r"must be more than \1"),
+    (r"^Input should be less than (\S+)$", r"must be less than \1"),
+    (r"^Input should be a valid integer.*$", "must be a whole number"),
+    (r"^Input should be a finite number$", "must be a finite number"),
+    (r"^Input should be a valid number.*$", "must be a number"),
+    (r"^Input should be a valid boolean.*$", "must be true or false"),
+    (r"^Input should be a valid string$", "must be text"),
+    (r"^Input should be a valid list$", "must be a list"),
+    (r"^Input should be a valid dictionary.*$", "must be a mapping (key: value)"),
+    (r"^Input should be (.+)$", r"must be \1"),
+    (r"^String should have at most (\d+) characters?$", r"must be at most \1 characters"),
+    (r"^String should have at least (\d+) characters?$", r"must be at least \1 characters"),
+    (r"^String should match pattern (.+)$", r"must match \1"),
+    (r"^List should have at most (\d+) items?.*$", r"must have at most \1 item(s)"),
+    (r"^List should have at least (\d+) items?.*$", r"must have at least \1 item(s)"),
+    (r"^Field required$", "is required"),
+    (r"^Option '(\S+)' requires an argument\.?$", r"\1 needs a value"),
+    (r"^Extra inputs are not permitted$", "is not a known key"),
+]
+
+
+def plain(message: str) -> str:
+    """A validator's message (pydantic's, or Typer's wording of it) in miles-ray's own words, one line:
+    ``Input should be greater than or equal to 1`` -> ``must be at least 1``,
+    ``Value error, 'xml' is not one of 'table', 'json'`` -> ``must be one of 'table', 'json' (got 'xml')``."""
+    text = " ".join(str(message).split())
+    for pattern, repl in _PLAIN:
+        text = re.sub(pattern, repl, text)
+    return text
 
 
 def from_http_status(status: int | None, message: str, hint: str | None = None) -> ClusterError:

@@ -75,11 +75,40 @@ def pinned_image(cfg: MilesRayConfig) -> tuple[str, list[str]]:
     return str(image), list(warnings)
 
 
+def check_inputs(cfg: MilesRayConfig, single_node: bool = False) -> None:
+    """The checks of :func:`prepare` that need no document (a verb calls it before its progress display): every
+    missing required input at once, the image pinned, and for a Ray cluster the Ray version given and the split
+    feasible."""
+    if not cfg.image and not cfg.ray_version and not single_node:
+        _missing_image_and_ray_version()
+    pinned_image(cfg)
+    if not single_node:
+        if not cfg.ray_version:
+            _missing_ray_version()
+        require_feasible(resolve_plan(cfg)[1])
+
+
+def _missing_image_and_ray_version() -> None:
+    raise ConfigError("no image and no Ray version given",
+                      hint="pass --image repo[:tag]@sha256:<64 hex> and --ray-version with the version installed in "
+                           "the image, or set 'image' and 'ray_version' in miles-ray.yaml")
+
+
+def _missing_ray_version() -> None:
+    raise ConfigError(
+        "no Ray version given",
+        hint="pass --ray-version with the version installed in the image "
+             "(docker run IMAGE python -c 'import ray; print(ray.__version__)'); it is written to rayVersion",
+    )
+
+
 def prepare(cfg: MilesRayConfig, kinds: Collection[Document]) -> ClusterDocuments:
     """Check the image, the Ray version and the split, then build the documents of ``kinds``. The single-node job
     is not a Ray cluster of ours (its launcher starts Ray in its pod): no Ray version, no plan, and it is built
     alone. ``Document.operation_cr`` builds the operation it is converted from."""
     kinds = set(kinds)
+    if not cfg.image and not cfg.ray_version and Document.single_node not in kinds:
+        _missing_image_and_ray_version()  # every missing required input in one line, not one per attempt
     image, warnings = pinned_image(cfg)
     if Document.single_node in kinds:
         if kinds != {Document.single_node}:
@@ -87,11 +116,7 @@ def prepare(cfg: MilesRayConfig, kinds: Collection[Document]) -> ClusterDocument
         job, more = build_single_node(cfg, get_recipe(cfg.recipe, cfg.recipe_file), image)
         return ClusterDocuments(plan=None, image=image, warnings=warnings + more, single_node=job)
     if not cfg.ray_version:
-        raise ConfigError(
-            "no Ray version given",
-            hint="pass --ray-version with the version installed in the image "
-                 "(docker run IMAGE python -c 'import ray; print(ray.__version__)'); it is written to rayVersion",
-        )
+        _missing_ray_version()
     _, plan = resolve_plan(cfg)
     require_feasible(plan)
     operation = (apply_to_operation(build_operation(cfg, plan, image, cfg.ray_version), cfg, plan.ray.gpu_workers)

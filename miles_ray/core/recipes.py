@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from miles_ray.core.errors import ConfigError
+from miles_ray.core.errors import ConfigError, plain
 from miles_ray.core.safe_yaml import load_yaml_file
 from miles_ray.core.upstream_jobs import JOBS, UPSTREAM_MILES_COMMIT
 
@@ -518,7 +518,7 @@ def _one_line(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: {loc}: {first['msg']}{more}"
+    return f"{source}: {loc}: {plain(str(first['msg']))}{more}"
 
 
 def load_recipe_file(path: str | Path) -> dict[str, Recipe]:

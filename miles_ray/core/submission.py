@@ -62,6 +62,17 @@ def parse_env(items: list[str]) -> dict[str, str]:
     return out
 
 
+def split_extra_args(text: str | None) -> list[str]:
+    """--extra-args as the shell would split it; an unbalanced quote is bad input (exit 2), said in one line."""
+    if not text:
+        return []
+    try:
+        return shlex.split(text)
+    except ValueError as e:  # shlex: "No closing quotation", "No escaped character"
+        raise ConfigError(f"--extra-args {text!r} cannot be split into arguments ({str(e).lower()})",
+                          hint="balance its quotes, e.g. --extra-args '--lr 1e-6 --note \"two words\"'") from None
+
+
 def check_extra_args(extra_args: list[str]) -> None:
     """Refuse credentials in --extra-args: they would be stored in the run record and the job's entrypoint."""
     for arg in extra_args:

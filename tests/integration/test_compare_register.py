@@ -112,7 +112,7 @@ def test_different_eval_data_shows_metrics_but_refuses_to_judge(runs, cli):
 
 def test_compare_bad_input(runs, cli):
     code, _, err = cli("runs", "compare", "cmp-a", "nope")
-    assert code == 2 and "no run named 'nope'" in err
+    assert code == 1 and "no run named 'nope'" in err
     code, _, err = cli("runs", "compare", "cmp-a", "cmp-a")
     assert code == 2 and "two different runs" in err
 

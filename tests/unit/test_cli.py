@@ -334,3 +334,177 @@ def test_a_warning_is_one_line_with_square_brackets_as_written(capsys):
     message = "[colocated-fit] needs 8 GPUs; --save /data/[run]/ckpt " + "and a long tail " * 20
     warn(message)
     assert capsys.readouterr().err == f"warning: {message}\n"  # one line, however long
+
+
+# -- the first hour (issue 25, part C): tables, names, errors in the tool's own words ----------------------------
+
+LONG_RUNS = ("qwen3-4b-grpo-dapo-math-17k-try1", "qwen3-30b-a3b-disaggregated-try12")
+
+
+@pytest.fixture
+def long_runs(clean_env, monkeypatch):
+    from miles_ray.adapters import state
+
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(clean_env / "state"))
+    for i, run in enumerate(LONG_RUNS):
+        state.create_record({"run": run, "address": "http://127.0.0.1:9", "created": f"2026-01-0{i + 1}T00:00:00+00:00",
+                             "submission_id": f"job-{run}", "recipe": "Qwen3-30B-A3B", "mode": "direct",
+                             "cluster": "miles-h100-pool-a", "split": {"nodes": 4, "gpus_per_node": 8,
+                                                                     "layout": "disaggregated"},
+                             "output_dir": f"/mnt/miles/runs/{run}/with/a/long/path"})
+    return LONG_RUNS
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_runs_table_never_cuts_the_run_name(cli, long_runs, monkeypatch, columns) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = cli("runs", "--no-live")
+    assert code == 0, err
+    for run in long_runs:
+        assert run in out  # whole, on one line: 'logs RUN' can be copied from it
+    assert max(len(line) for line in out.splitlines()) <= int(columns)
+    code, wide, _ = cli("runs", "--no-live", "-o", "wide")  # every column, however long the lines
+    assert code == 0 and "output dir" in wide and "/with/a/long/path" in wide
+    assert all(run in wide for run in long_runs)
+    code, js, _ = cli("runs", "--no-live", "-o", "json")
+    assert code == 0 and [r["run"] for r in json.loads(js)] == list(long_runs)
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_recipes_table_never_cuts_the_recipe_name(cli, clean_env, monkeypatch, columns) -> None:
+    from miles_ray.services.recipes import list_recipes
+
+    monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = cli("recipes")
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    names = [r.name for r in list_recipes(None).recipes]
+    firsts = [row.split("│")[1].strip() for row in rows if row.split("│")[1].strip()]  # not a folded line
+    assert firsts == names  # each row's first cell is a whole recipe name, never 'Qwen3-…'
+    assert max(len(line) for line in out.splitlines() if line[:1] in "┏┃┡│└") <= int(columns)
+
+
+def test_status_pods_table_never_cuts_the_pod_name(cli, clean_env, monkeypatch) -> None:
+    from miles_ray.services.backends.results import KubeStatus
+
+    pods = [{"name": f"miles-h100-pool-a-gpu-group-worker-{s}", "role": "worker", "phase": "Pending", "ready": False,
+             "node": "gke-gpu-pool-a-1234567890-abcd", "reason": "Unschedulable",
+             "message": "0/12 nodes are available: 12 Insufficient nvidia.com/gpu"} for s in ("x7k2p", "q9r4t")]
+    status = KubeStatus.model_construct(
+        name="miles-h100-pool-a", backend="kubernetes", via="kuberay", raycluster="miles-h100-pool-a", namespace="ml",
+        desired_workers=2, ready_workers=0, gpus_per_worker=8, desired_gpus=16, ready_gpus=0, state=None, pods=pods,
+        ray_nodes_alive=None, polyaxon_uuid=None, queue={}, idle=None)
+    monkeypatch.setattr("miles_ray.services.clusters.status", lambda *a, **k: status)
+    monkeypatch.setattr("miles_ray.services.clusters.backend_for", lambda *a, **k: None)
+    for columns in ("80", "60"):
+        monkeypatch.setenv("COLUMNS", columns)
+        code, out, err = cli("status", "--name", "miles-h100-pool-a")
+        assert code == 0, err
+        assert all(p["name"] in out for p in pods), out
+        assert max(len(line) for line in out.splitlines() if line[:1] in "┏┃┡│└") <= int(columns)
+
+
+def test_runs_with_no_records_says_how_to_make_one(cli, clean_env, monkeypatch) -> None:
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(clean_env / "state"))
+    code, out, err = cli("runs")
+    assert code == 0 and "no runs yet" in out and "miles-ray submit" in out and "┃" not in out
+    code, out, _ = cli("runs", "-o", "json")
+    assert code == 0 and json.loads(out) == []
+
+
+def test_doctor_takes_the_cluster_as_name_like_every_cluster_verb(cli, clean_env) -> None:
+    from miles_ray.cli.app import verb_command
+
+    opts = {o for p in verb_command("doctor").params for o in p.opts}
+    assert "--name" in opts
+    code, out, err = cli("doctor", "miles-a", "--name", "miles-b")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "'miles-a'" in err and "--name 'miles-b'" in err
+
+
+def test_runs_compare_names_its_arguments_in_the_tools_words(cli, clean_env) -> None:
+    code, _, err = cli("runs", "compare", "a")
+    assert code == 2 and err.count("\n") == 1
+    assert "missing RUN_B (the second run to compare)" in err and "run_b" not in err
+    assert "see 'miles-ray runs compare --help'" in err
+
+
+@pytest.mark.parametrize("args, verb", [
+    (["plan", "--nodes"], "plan"), (["submit", "--run"], "submit"), (["status", "--name"], "status"),
+    (["plan", "-N"], "plan"),
+])
+def test_usage_errors_point_at_the_verbs_own_help(cli, clean_env, args, verb) -> None:
+    code, _, err = cli(*args)
+    assert code == 2 and err.count("\n") == 1
+    assert f"see 'miles-ray {verb} --help'" in err and "requires an argument" not in err and "needs a value" in err
+
+
+def test_not_found_is_one_exit_code_for_runs_and_clusters(cli, clean_env, monkeypatch) -> None:
+    from miles_ray.core.errors import EXIT_CODES, EXIT_SERVICE
+
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(clean_env / "state"))
+    code_run, _, err_run = cli("logs", "nope")
+    assert "no run named 'nope'" in err_run
+    code_cluster, _, err_cluster = cli("status", "--name", "nope", "--backend", "local")
+    assert "no local cluster named nope" in err_cluster
+    assert code_run == code_cluster == EXIT_SERVICE and "not found" in EXIT_CODES[EXIT_SERVICE]
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["plan", "--layout", "xml"], ["--layout", "'colocated'", "'disaggregated'", "'xml'"]),
+    (["plan", "-o", "xml"], ["--output", "'table'", "'json'", "'yaml'"]),
+    (["plan", "--nodes", "0"], ["--nodes must be at least 1"]),
+    (["plan", "--nodes", "four"], ["--nodes must be a whole number"]),
+])
+def test_flag_errors_in_the_tools_words(cli, clean_env, args, fragments) -> None:
+    code, _, err = cli(*args)
+    assert code == 2 and err.count("\n") == 1
+    assert all(f in err for f in fragments), err
+    assert "Value error" not in err and "Input should" not in err and "Invalid value for" not in err
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("nodes: 0\n", "nodes in miles-ray.yaml: must be at least 1"),
+    ("scheduler: xml\n", "scheduler in miles-ray.yaml: must be 'default' or 'volcano'"),
+    ("tolerations: 3\n", "tolerations in miles-ray.yaml: must be a list"),
+])
+def test_config_errors_in_the_tools_words(cli, clean_env, text, fragment) -> None:
+    (clean_env / "miles-ray.yaml").write_text(text)
+    code, _, err = cli("plan")
+    assert code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert "Input should" not in err
+
+
+def test_unbalanced_extra_args_is_bad_input(cli, clean_env) -> None:
+    code, out, err = cli("submit", "--extra-args", '"unbalanced', "--dry-run", "client")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--extra-args" in err and "unexpected" not in err
+
+
+def test_every_missing_input_in_one_line_before_any_progress(cli, clean_env) -> None:
+    code, out, err = cli("up", "--backend", "kubernetes")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: "), err  # no '[0s, 599s left] starting ...' first
+    assert "no image" in err and "Ray version" in err and "--image" in err and "--ray-version" in err
+    code, _, err = cli("up", "--backend", "kubernetes", "--image", IMAGE, "--ray-version", "2.60.0", "--nodes", "3")
+    assert code == 2 and err.count("\n") == 1 and "infeasible" in err, err
+    code, _, err = cli("up", "--single-node")
+    assert code == 2 and err.count("\n") == 1 and "no image" in err, err
+    code, _, err = cli("submit", "--run", "BAD")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: run name 'BAD'"), err
+
+
+def test_doctor_refuses_a_bad_target_before_any_progress(cli, clean_env, monkeypatch) -> None:
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(clean_env / "state"))
+    code, out, err = cli("doctor", "Bad_Name")
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: doctor Bad_Name"), err
+
+
+def test_runs_compare_never_cuts_the_run_names(cli, long_runs, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = cli("runs", "compare", *long_runs)
+    assert code == 0, err
+    assert f"A: {long_runs[0]}\nB: {long_runs[1]}\n" in out  # too long for headers: named once, whole
+    table_lines = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert "…" not in "".join(table_lines) and max(map(len, table_lines)) <= 80
+    assert "/with/a/long/path" in "".join(line.split("│")[2].strip() for line in table_lines if line.count("│") > 3)

@@ -54,9 +54,9 @@ def test_user_recipe_file(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("text, match", [
-    ("recipes:\n  - name: x\n", "hf_dir: Field required \\(and 2 more\\)"),
-    (GOOD.replace("tensor_parallel: 2", "tensor_parallel: two"), "tensor_parallel.*valid integer"),
-    (GOOD.replace("attention_heads: 32", "attention_heads: 32\n    colour: red"), "colour.*Extra inputs"),
+    ("recipes:\n  - name: x\n", "hf_dir: is required \\(and 2 more\\)"),
+    (GOOD.replace("tensor_parallel: 2", "tensor_parallel: two"), "tensor_parallel.*must be a whole number"),
+    (GOOD.replace("attention_heads: 32", "attention_heads: 32\n    colour: red"), "colour.*is not a known key"),
     (GOOD.replace("hf_dir: MyModel-7B", "hf_dir: ../../etc"), "hf_dir.*relative path"),
     (GOOD.replace("hf_dir: MyModel-7B", "hf_dir: /etc/passwd"), "hf_dir.*relative path"),
     ("recipes: []\n", "at least 1"),

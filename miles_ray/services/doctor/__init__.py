@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from miles_ray.adapters import local_ray, state
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.errors import ClusterError, ConfigError, plain
 from miles_ray.core.progress import Progress
 from miles_ray.services.doctor.findings import PROBLEM, WARNING, DoctorReport, Finding, finding
 from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
@@ -81,6 +81,18 @@ SIDES: dict[str, Callable[[MilesRayConfig, str | None, Progress], _Side]] = {
 """The backend's own checks, by the backend the cluster (or the run's record) names."""
 
 
+def check_target(cfg: MilesRayConfig, target: str | None) -> None:
+    """Bad input before anything is looked at (the verb calls it before its progress display): ``target`` is a
+    run of this machine or a valid cluster name."""
+    if target and not (re.fullmatch(r"^[a-z0-9-]+$", target) and state.read_json(state.record_path(target))):
+        try:
+            MilesRayConfig.model_validate({**cfg.model_dump(), "name": target})
+        except ValidationError as e:
+            raise ConfigError(f"doctor {target}: not a run of this machine, and not a valid cluster name "
+                              f"({plain(str(e.errors()[0]['msg']))})",
+                              hint="'miles-ray runs' lists runs; cluster names are DNS-1035 labels") from None
+
+
 def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto", address: str | None = None,
            timeout: float = 60, progress: Progress = None) -> DoctorReport:
     """Diagnose a cluster (by name) or a run (by run name). Returns findings; never raises for a finding."""
@@ -98,7 +110,7 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
             cfg = MilesRayConfig.model_validate({**cfg.model_dump(), "name": target})
         except ValidationError as e:
             raise ConfigError(f"doctor {target}: not a run of this machine, and not a valid cluster name "
-                              f"({str(e.errors()[0]['msg']).removeprefix('Value error, ')})",
+                              f"({plain(str(e.errors()[0]['msg']))})",
                               hint="'miles-ray runs' lists runs; cluster names are DNS-1035 labels") from None
     if backend == "auto":
         backend = "address" if address and not record else pick_backend("auto", cfg)
