@@ -86,6 +86,9 @@ _.exec_command_multi_node
 _.wait_for_server_ready
 _.num_nodes  # the argument of Miles' exec_command_multi_node that the stand-in must accept
 
+# -- Rich ----------------------------------------------------------------------------------------------------
+_.overflow  # cli/compare.py folded(): Rich reads Column.overflow when it renders the table
+
 # -- pydantic hooks ---------------------------------------------------------------------------------------------
 _.model_post_init  # services/backends/results.py Ordered: pydantic calls it after validation
 _._recipes  # services/recipes.py RecipeCatalog: a @field_serializer, pydantic calls it when dumping
