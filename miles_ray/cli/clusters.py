@@ -5,24 +5,22 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
-
 from miles_ray.cli.common import Output, OutputOpt, emit, out
 from miles_ray.services.known_clusters import ClusterList, list_clusters
 
 
 def clusters_table(result: ClusterList) -> None:
+    """One line per cluster, columns padded to their widest cell: nothing is ever cut (a long line wraps)."""
     if not result.clusters:
         out.print("no cluster on this machine yet: 'miles-ray up --backend local --name NAME' starts one")
         return
-    t = Table("", "NAME", "BACKEND", "NAMESPACE", "CONTEXT", "STATE", box=None, pad_edge=False)
-    t.columns[1].no_wrap = True
-    t.columns[1].overflow = "fold"
-    t.columns[1].min_width = max(len(c.name) for c in result.clusters)
+    rows = [("", "NAME", "BACKEND", "NAMESPACE", "CONTEXT", "STATE")]
     for c in result.clusters:
         state = c.state if c.checked != "record" or c.state == "down" else f"{c.state} (recorded)"
-        t.add_row("*" if c.current else "", c.name, c.backend, c.namespace or "-", c.context or "-", state)
-    out.print(t)
+        rows.append(("*" if c.current else "", c.name, c.backend, c.namespace or "-", c.context or "-", state))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip(), markup=False, soft_wrap=True)
 
 
 def clusters_cmd(

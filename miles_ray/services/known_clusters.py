@@ -139,7 +139,7 @@ def list_clusters(live: bool = False) -> ClusterList:
     for context, rec, down in state.kube_cluster_records():
         name, namespace = rec["name"], rec["namespace"]
         st = "down" if down else ("parked" if rec.get("parked") else "running")
-        out.append(KnownCluster(name=name, backend=rec.get("via") or "kuberay", namespace=namespace, context=context,
+        out.append(KnownCluster(name=name, backend=rec.get("via") or ("polyaxon" if down else "kuberay"), namespace=namespace, context=context,
                                 state=st, checked="record",
                                 current=_is_current(cur, name, False, namespace, context)))
     if live:
