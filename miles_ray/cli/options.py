@@ -20,9 +20,9 @@ import typer
 
 from miles_ray.cli.common import (Backend, BackendOption, ContextOpt, KubeconfigOpt, NamespaceOpt, RunNamespaceOpt,
                                   config_flags)
-from miles_ray.core.config import MilesRayConfig, load_config
+from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import MilesRayError
-from miles_ray.services.known_clusters import CURRENT_FROM, naming_known, with_current
+from miles_ray.services.known_clusters import CURRENT_FROM, load_with_current, naming_known
 
 # --name of a verb that reaches a cluster: says where the default comes from (the current cluster)
 ClusterNameOpt = Annotated[Optional[str], typer.Option(
@@ -45,7 +45,7 @@ class ClusterFlags:
         (:mod:`miles_ray.services.known_clusters`) with its namespace and context."""
         given = config_flags(name=self.name, namespace=self.namespace, kube_context=self.context,
                              kubeconfig=self.kubeconfig, **flags)
-        return load_config(with_current(given, self.backend.value, config_file), config_file)
+        return load_with_current(given, self.backend.value, config_file)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from miles_ray.services.backends import ClusterBackend, for_cluster
 from miles_ray.services.backends.results import (ClusterStatus, DownResult, ParkResult, ResumeResult, ScaleResult,
                                                  UpResult)
 from miles_ray.services.heads import local_exists, pick_backend
-from miles_ray.services.known_clusters import forget_if_current, make_current
+from miles_ray.services.known_clusters import forget, make_current
 
 # the backend choice is part of this service's surface (the verbs pick a backend before they call it)
 __all__ = ["backend_for", "down", "scale_backend", "up_backend", "local_exists", "park", "pick_backend", "resume", "scale", "status", "up"]
@@ -90,5 +90,5 @@ def down(cfg: MilesRayConfig, backend: ClusterBackend) -> DownResult:
     (:mod:`miles_ray.services.saved_runs`); ``saved_runs`` in the result says which were saved. When it was
     the current cluster, there is no current cluster afterwards."""
     result = backend.down(cfg)
-    forget_if_current(cfg, backend.on_this_machine)
+    forget(cfg, backend.on_this_machine)
     return result

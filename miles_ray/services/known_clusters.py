@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from miles_ray.adapters import state
-from miles_ray.core.config import ENV_PREFIX, MilesRayConfig, find_config_file
+from miles_ray.core.config import ENV_PREFIX, MilesRayConfig, find_config_file, load_config
 from miles_ray.core.errors import MilesRayError, NotFound
 from miles_ray.core.results import Result
 from miles_ray.core.safe_yaml import load_yaml_file
@@ -84,10 +84,13 @@ def _is_current(cur: CurrentCluster | None, name: str, on_this_machine: bool, na
     return on_this_machine or (cur.namespace == namespace and cur.context == context)
 
 
-def forget_if_current(cfg: MilesRayConfig, on_this_machine: bool) -> None:
-    """'down' took the configured cluster away: when it was the current one, there is no current one now."""
+def forget(cfg: MilesRayConfig, on_this_machine: bool) -> None:
+    """'down' took the configured cluster away: when it was the current one, there is no current one now; the
+    copy of a Kubernetes cluster's token 'env' wrote goes."""
     if _is_current(current(), cfg.name, on_this_machine, cfg.namespace, cfg.kube_context):
         state.remove_current_cluster()
+    if not on_this_machine:
+        state.kube_token_path(cfg.kube_context, cfg.namespace, cfg.name).unlink(missing_ok=True)
 
 
 def _configured(config_file: str | None, environ: Mapping[str, str]) -> set[str]:
@@ -105,23 +108,21 @@ def _configured(config_file: str | None, environ: Mapping[str, str]) -> set[str]
     return keys
 
 
-def with_current(flags: Mapping[str, Any], backend_choice: str, config_file: str | None = None,
-                 environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``flags`` (the verb's, unset ones dropped) with the current cluster's name, namespace and context where
-    nothing else names the cluster and the backend choice (auto, local, kubernetes) allows it."""
-    out = dict(flags)
-    if "name" in out:
-        return out
+def load_with_current(flags: Mapping[str, Any], backend_choice: str, config_file: str | None = None,
+                      environ: Mapping[str, str] | None = None) -> MilesRayConfig:
+    """The configuration (:func:`miles_ray.core.config.load_config`) of ``flags`` (the verb's, unset ones
+    dropped), with the current cluster's name, namespace and context where nothing else names the cluster and
+    the backend choice (auto, local, kubernetes) allows it."""
     environ = os.environ if environ is None else environ
-    configured = _configured(config_file, environ)
-    cur = current()
-    if "name" in configured or cur is None or backend_choice not in ("auto", cur.choice):
-        return out
-    out["name"] = cur.name
-    for key, value in (("namespace", cur.namespace), ("kube_context", cur.context)):
-        if value and key not in out and key not in configured:
-            out[key] = value
-    return out
+    given = dict(flags)
+    cur = current() if "name" not in given else None
+    configured = _configured(config_file, environ) if cur is not None else set()
+    if cur is not None and "name" not in configured and backend_choice in ("auto", cur.choice):
+        given["name"] = cur.name
+        for key, value in (("namespace", cur.namespace), ("kube_context", cur.context)):
+            if value and key not in given and key not in configured:
+                given[key] = value
+    return load_config(given, config_file, environ)
 
 
 # -- what this machine knows ---------------------------------------------------------------------------------

@@ -64,10 +64,10 @@ def test_flags_env_and_config_file_name_win_over_the_current_cluster(home, monke
 
 def test_down_of_the_current_cluster_clears_it_and_of_another_does_not(home):
     kc.make_current(MilesRayConfig(name="ux"), "local", True)
-    kc.forget_if_current(MilesRayConfig(name="other"), True)
-    kc.forget_if_current(MilesRayConfig(name="ux"), False)  # a Kubernetes cluster of that name: not it
+    kc.forget(MilesRayConfig(name="other"), True)
+    kc.forget(MilesRayConfig(name="ux"), False)  # a Kubernetes cluster of that name: not it
     assert kc.current().name == "ux"
-    kc.forget_if_current(MilesRayConfig(name="ux"), True)
+    kc.forget(MilesRayConfig(name="ux"), True)
     assert kc.current() is None and not state.current_cluster_path().exists()
 
 
