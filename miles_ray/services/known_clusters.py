@@ -156,9 +156,9 @@ def _live(c: KnownCluster) -> KnownCluster:
         cfg = MilesRayConfig(name=c.name, namespace=c.namespace or "default", kube_context=c.context)
         st = for_cluster(cfg, "local" if c.namespace is None else "kubernetes").status(cfg)
         data = st.to_json()
-        if data.get("parked"):
+        if data.get("parked") or data.get("state") == "suspended":  # KubeRay's word for a parked RayCluster
             new = "parked"
-        elif data.get("down") or data.get("deleted"):
+        elif data.get("down"):
             new = "down"
         else:
             new = "running"
