@@ -36,7 +36,7 @@ def _print(env: RayEnv, shell: Shell, output: Output) -> None:
     if env.port_forward:
         print(f"# reach the head first, in another shell: {env.port_forward}", flush=True)
         print(f"#   (or without kubectl: miles-ray env {env.name} --port-forward)", flush=True)
-    eval_line = "eval (miles-ray env | source)" if shell is Shell.fish else 'eval "$(miles-ray env)"'
+    eval_line = "miles-ray env --shell fish | source" if shell is Shell.fish else 'eval "$(miles-ray env)"'
     print(f"# {eval_line}; then: ray job list; ray status", flush=True)
 
 
