@@ -234,3 +234,54 @@ def write_parked_local(name: str, record: dict[str, Any]) -> None:
 
 def remove_parked_local(name: str) -> None:
     parked_local_path(name).unlink(missing_ok=True)
+
+
+# -- the current cluster (the one 'up' made last; every cluster verb's default, like kubectl's context) -----
+
+def current_cluster_path() -> Path:
+    return state_dir() / "current-cluster.json"
+
+
+def read_current_cluster() -> dict[str, Any] | None:
+    """The current cluster as :func:`write_current_cluster` kept it, or None (none made yet, or taken down)."""
+    data = read_json(current_cluster_path())
+    return data if isinstance(data, dict) and data.get("name") else None
+
+
+def write_current_cluster(record: dict[str, Any]) -> None:
+    atomic_write_json(current_cluster_path(), record)
+
+
+def remove_current_cluster() -> None:
+    current_cluster_path().unlink(missing_ok=True)
+
+
+def local_cluster_names() -> tuple[list[str], list[str]]:
+    """(running, parked): the local clusters this machine has state of, by name."""
+    running = sorted(p.stem for p in local_clusters_dir().glob("*.json")) if local_clusters_dir().is_dir() else []
+    parked_dir = parked_local_path("x").parent
+    parked = sorted(p.stem for p in parked_dir.glob("*.json")) if parked_dir.is_dir() else []
+    return running, [n for n in parked if n not in running]
+
+
+def kube_cluster_records() -> list[tuple[str | None, dict[str, Any], bool]]:
+    """Every Kubernetes cluster 'up' recorded on this machine: (context or None for the current context,
+    record, down). ``down``: only what 'down' kept of it (a Polyaxon-made cluster) is left."""
+    root = state_dir() / "clusters"
+    out: list[tuple[str | None, dict[str, Any], bool]] = []
+    for path in sorted(root.glob("*/*/*.json")) if root.is_dir() else []:
+        ctx_dir = path.parent.parent.name
+        context = None if ctx_dir == "current-context" else ctx_dir
+        down = path.name.endswith(".down.json")
+        name = path.name[: -len(".down.json")] if down else path.stem
+        if down and path.with_name(f"{name}.json").exists():
+            continue  # made again since
+        rec = read_json(path)
+        if isinstance(rec, dict):
+            out.append((context, {"name": name, "namespace": path.parent.name, **rec}, down))
+    return out
+
+
+def kube_token_path(context: str | None, namespace: str, name: str) -> Path:
+    """Where 'miles-ray env' writes (0600) the Ray token of Kubernetes cluster ``name`` for Ray's own tools."""
+    return kube_cluster_path(context, namespace, name).with_name(f"{name}.token")

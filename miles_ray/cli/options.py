@@ -14,11 +14,19 @@ import functools
 import inspect
 import typing
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Optional
 
-from miles_ray.cli.common import (Backend, BackendOption, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  RunNamespaceOpt, config_flags)
-from miles_ray.core.config import MilesRayConfig, load_config
+import typer
+
+from miles_ray.cli.common import (Backend, BackendOption, ContextOpt, KubeconfigOpt, NamespaceOpt, RunNamespaceOpt,
+                                  config_flags)
+from miles_ray.core.config import MilesRayConfig
+from miles_ray.core.errors import MilesRayError
+from miles_ray.services.known_clusters import CURRENT_FROM, load_with_current, naming_known
+
+# --name of a verb that reaches a cluster: says where the default comes from (the current cluster)
+ClusterNameOpt = Annotated[Optional[str], typer.Option(
+    "--name", help=f"cluster name (DNS-1035, <= 53 chars) {CURRENT_FROM}", show_default=False)]
 
 
 @dataclass(frozen=True)
@@ -32,9 +40,12 @@ class ClusterFlags:
     kubeconfig: str | None = None
 
     def config(self, config_file: str | None, **flags: Any) -> MilesRayConfig:
-        """The configuration with these flags (and the verb's own ``flags``) over the file's values."""
-        return load_config(config_flags(name=self.name, namespace=self.namespace, kube_context=self.context,
-                                        kubeconfig=self.kubeconfig, **flags), config_file)
+        """The configuration with these flags (and the verb's own ``flags``) over the file's values; where
+        nothing names the cluster (no --name, MILES_RAY_NAME or config ``name``), the current cluster
+        (:mod:`miles_ray.services.known_clusters`) with its namespace and context."""
+        given = config_flags(name=self.name, namespace=self.namespace, kube_context=self.context,
+                             kubeconfig=self.kubeconfig, **flags)
+        return load_with_current(given, self.backend.value, config_file)
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,7 @@ class RunFlags:
 
 
 _GROUPS: dict[type, dict[str, Any]] = {
-    ClusterFlags: {"name": NameOpt, "backend": BackendOption, "namespace": NamespaceOpt, "context": ContextOpt,
+    ClusterFlags: {"name": ClusterNameOpt, "backend": BackendOption, "namespace": NamespaceOpt, "context": ContextOpt,
                    "kubeconfig": KubeconfigOpt},
     RunFlags: {"namespace": RunNamespaceOpt, "context": ContextOpt, "kubeconfig": KubeconfigOpt},
 }
@@ -73,7 +84,12 @@ def _with_group(group: type, param: str) -> Callable[[Callable[..., Any]], Calla
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             kwargs[param] = group(**{n: kwargs.pop(n) for n in options if n in kwargs})
-            return func(*args, **kwargs)
+            if group is not ClusterFlags:
+                return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except MilesRayError as e:  # "no cluster named X": say which clusters there are
+                raise naming_known(e)
 
         wrapper.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}

@@ -8,7 +8,7 @@ import typer
 
 from miles_ray.cli.common import ConfigOpt, TableOutput, TableOutputOpt, emit, job_state_exit, notices, table_output
 from miles_ray.cli.options import ClusterFlags, cluster_options
-from miles_ray.cli.views import cluster_status, run_status_line
+from miles_ray.cli.views import cluster_status, ray_tools_hint, run_status_line
 from miles_ray.services import clusters
 from miles_ray.services.runs import pick_run, run_status
 
@@ -41,3 +41,5 @@ def status_cmd(
     status = clusters.status(cfg, clusters.backend_for(cfg, cluster.backend.value), with_ray=ray)
     notices(status.to_json())
     emit(status, output, lambda: cluster_status(status))
+    if not status.to_json().get("parked"):
+        ray_tools_hint(cfg.name, output)

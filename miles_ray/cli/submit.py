@@ -40,7 +40,7 @@ def submit_cmd(
     rollout_gpus: RolloutGpusOpt = None,
     mode: Annotated[Mode, typer.Option("--mode", help="direct: submit train.py as the Ray job; launcher: run the upstream launcher against the head (here, or on Kubernetes as a Polyaxon job in the cluster)")] = Mode.direct,
     dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: print the job (entrypoint, runtime env, submission id, run record, output dir) and contact nothing; server: also check the head's live topology against the plan. Nothing is recorded or submitted", show_default=False)] = None,
-    hold: Annotated[float, typer.Option("--hold", min=0, max=86400, help="with --rehearse: keep the placed actors this many seconds after the checks (see the layout with 'ray status'); the run FAILS if one of them dies meanwhile (a node lost)")] = 0,
+    hold: Annotated[float, typer.Option("--hold", min=0, max=86400, help="with --rehearse: keep the placed actors this many seconds after the checks (see the layout with 'ray status' after eval \"$(miles-ray env)\"); the run FAILS if one of them dies meanwhile (a node lost)")] = 0,
     rehearse: Annotated[bool, typer.Option("--rehearse", help="submit the rehearsal driver instead of Miles: proves the placement on (fake) GPUs")] = False,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard / Jobs API URL [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
     wait_for_nodes: Annotated[bool, typer.Option("--wait-for-nodes/--no-wait-for-nodes", help="wait (up to --timeout) until the GPU workers have joined Ray")] = False,

@@ -14,7 +14,7 @@ from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, ConfigOpt, GpusOpt,
                                   progress_display, warn)
 from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.errors import ConfigError
-from miles_ray.cli.views import cluster_table
+from miles_ray.cli.views import cluster_table, ray_tools_hint
 from miles_ray.core.builders import NO_AUTH_WARNING
 from miles_ray.core.prepare import check_inputs
 from miles_ray.services import clusters
@@ -112,3 +112,5 @@ def up_cmd(
         warn(w)
     notices(result.to_json())
     emit(result, output, lambda: cluster_table(result))
+    if not dry_run:
+        ray_tools_hint(cfg.name, output)

@@ -180,3 +180,10 @@ def read_logs(run: str, follow: bool, output: Output, kube_context: str | None =
     if follow:
         err.print(f"run {run}: {state}")
     return text, state
+
+
+def ray_tools_hint(name: str, output: Output) -> None:
+    """After 'up' and 'status' (table output): one stderr line saying how Ray's own tools reach the cluster."""
+    if output is Output.table:
+        err.print(f"Ray's own tools (ray job list, ray status): eval \"$(miles-ray env {name})\"", soft_wrap=True,
+                  markup=False)

@@ -12,6 +12,7 @@ from miles_ray.services.backends import ClusterBackend, for_cluster
 from miles_ray.services.backends.results import (ClusterStatus, DownResult, ParkResult, ResumeResult, ScaleResult,
                                                  UpResult)
 from miles_ray.services.heads import local_exists, pick_backend
+from miles_ray.services.known_clusters import forget, make_current
 
 # the backend choice is part of this service's surface (the verbs pick a backend before they call it)
 __all__ = ["backend_for", "down", "scale_backend", "up_backend", "local_exists", "park", "pick_backend", "resume", "scale", "status", "up"]
@@ -33,8 +34,12 @@ def up_backend(cfg: MilesRayConfig, backend_choice: str, via: str, dry_run: str 
 
 def up(cfg: MilesRayConfig, backend: ClusterBackend, *, progress: Progress = None, timeout: float = 600,
        dry_run: str | None = None, wait: bool = True, ray_check: bool = True) -> UpResult:
-    """Create the cluster and (``wait``) wait until every GPU worker has joined Ray; idempotent by name."""
-    return backend.up(cfg, progress=progress, timeout=timeout, dry_run=dry_run, wait=wait, ray_check=ray_check)
+    """Create the cluster and (``wait``) wait until every GPU worker has joined Ray; idempotent by name. The
+    cluster becomes the current one (every cluster verb's default, :mod:`miles_ray.services.known_clusters`)."""
+    result = backend.up(cfg, progress=progress, timeout=timeout, dry_run=dry_run, wait=wait, ray_check=ray_check)
+    if not dry_run:
+        make_current(cfg, backend.name, backend.on_this_machine)
+    return result
 
 
 def status(cfg: MilesRayConfig, backend: ClusterBackend, *, with_ray: bool = False) -> ClusterStatus:
@@ -82,5 +87,8 @@ def resume(cfg: MilesRayConfig, backend: ClusterBackend, *, wait: bool = True, r
 
 def down(cfg: MilesRayConfig, backend: ClusterBackend) -> DownResult:
     """Delete the cluster, first saving the driver logs and job info of every run recorded on it
-    (:mod:`miles_ray.services.saved_runs`); ``saved_runs`` in the result says which were saved."""
-    return backend.down(cfg)
+    (:mod:`miles_ray.services.saved_runs`); ``saved_runs`` in the result says which were saved. When it was
+    the current cluster, there is no current cluster afterwards."""
+    result = backend.down(cfg)
+    forget(cfg, backend.on_this_machine)
+    return result

@@ -59,10 +59,14 @@ def dashboard_address(cfg: MilesRayConfig, backend: str = "auto") -> tuple[str, 
 
 
 def resolve_address(cfg: MilesRayConfig, address: str | None, backend: str = "auto") -> tuple[str, str]:
-    """(backend, head address): --address, then $RAY_ADDRESS, then the config's ray_address, then the cluster
+    """(backend, head address): --address, then $RAY_API_SERVER_ADDRESS, then $RAY_ADDRESS, then the config's ray_address, then the cluster
     made by up. An explicit address may be a dashboard URL, ``k8s://NAMESPACE/RAYCLUSTER`` or ``local://NAME``
     (resolved here to that cluster's dashboard URL, which is what run records keep)."""
-    for candidate, source in ((address, "--address"), (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"),
+    # RAY_API_SERVER_ADDRESS first, as Ray's job CLI reads it ('miles-ray env' sets it to the dashboard URL and
+    # RAY_ADDRESS to the GCS address that 'ray status' needs)
+    for candidate, source in ((address, "--address"),
+                              (os.environ.get("RAY_API_SERVER_ADDRESS"), "RAY_API_SERVER_ADDRESS"),
+                              (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"),
                               (cfg.ray_address, "ray_address")):
         if candidate:
             head = parse_head(candidate, source)

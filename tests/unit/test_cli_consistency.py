@@ -22,8 +22,8 @@ from tests.conftest import IMAGE, REPO
 
 # Every verb that talks to Kubernetes or to a Ray head that may sit behind a port-forward.
 CLUSTER_VERBS = {"up", "submit", "scale", "status", "logs", "stop", "runs", "runs compare", "park", "resume", "down", "check-data",
-                 "doctor", "comm-check", "register"}
-OFFLINE_VERBS = {"plan", "render", "recipes", "init"}
+                 "doctor", "comm-check", "register", "env"}
+OFFLINE_VERBS = {"plan", "render", "recipes", "init", "clusters"}
 SHORT_FLAGS = {"-o": "--output", "-c": "--config", "-n": "--namespace", "-b": "--backend", "-r": "--recipe",
                "-N": "--nodes", "-G": "--gpus-per-node", "-F": "--format", "-f": "--follow", "-y": "--yes",
                "-h": "--help"}
