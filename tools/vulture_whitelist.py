@@ -11,9 +11,11 @@ and a name nobody uses (delete it). tests/unit/test_dead_code.py checks that eve
 # The verbs' command functions: cli/app.py VERBS names each by string ("plan" -> ("plan", "plan_cmd", ...)) and
 # imports its module with importlib when the verb runs; Typer calls the function.
 _.check_data_cmd
+_.clusters_cmd
 _.comm_check_cmd
 _.doctor_cmd
 _.down_cmd
+_.env_cmd
 _.init_cmd
 _.logs_cmd
 _.park_cmd
