@@ -6,9 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NameOpt, NamespaceOpt,
-                                  Output, OutputOpt, RecipeFileOpt, checks_failed, config_flags, emit, out, progress_display)
-from miles_ray.core.config import load_config
+from miles_ray.cli.common import (ConfigOpt, Output, OutputOpt, RecipeFileOpt, checks_failed, emit, out,
+                                  progress_display)
+from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.probes import check_data_bound
 from miles_ray.services.doctor import DoctorReport, check_target, doctor
@@ -28,14 +28,11 @@ def findings_table(rep: DoctorReport) -> None:
     out.print(f"{rep.problems} problem(s), {rep.warnings} warning(s)")
 
 
+@cluster_options
 def doctor_cmd(
     target: Annotated[Optional[str], typer.Argument(metavar="CLUSTER|RUN", help="a cluster name or a run name (default: the configured cluster); a cluster is also named by --name, like on every other verb", show_default=False)] = None,
-    name: NameOpt = None,
-    backend: BackendOption = Backend.auto,
+    cluster: ClusterFlags = ClusterFlags(),
     address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard URL of a reachable head (e.g. a port-forward): adds the data, checkpoint and Ray-version checks", show_default=False)] = None,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
     recipe_file: RecipeFileOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="bound on each per-node round of the data checks (s)")] = 60.0,
     config: ConfigOpt = None,
@@ -56,16 +53,16 @@ def doctor_cmd(
       miles-ray doctor --name miles --namespace ml
       miles-ray doctor q4-b --address http://127.0.0.1:8265
     """
+    name = cluster.name
     if name is not None and target is not None and name != target:
         raise ConfigError(f"doctor was given two targets: {target!r} and --name {name!r}",
                           hint="give one: --name CLUSTER, or CLUSTER|RUN")
     if name is not None:
         target = None  # --name names the cluster (cfg.name), never a run
-    cfg = load_config(config_flags(name=name, namespace=namespace, kube_context=context, kubeconfig=kubeconfig,
-                                   recipe_file=recipe_file), config)
+    cfg = cluster.config(config, recipe_file=recipe_file)
     check_target(cfg, target)  # bad input before any progress line
     # time left: the data checks' whole bound, plus a minute for the Kubernetes and Ray reads around them
     with progress_display(f"diagnosing {target or cfg.name}", timeout=check_data_bound(timeout) + 60) as p:
-        rep = doctor(cfg, target, backend.value, address, timeout=timeout, progress=p)
+        rep = doctor(cfg, target, cluster.backend.value, address, timeout=timeout, progress=p)
     emit(rep, output, lambda: findings_table(rep))
     checks_failed("doctor", rep.problems)
