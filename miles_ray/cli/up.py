@@ -62,8 +62,9 @@ def up_cmd(
     advertise fake GPUs, all on loopback) to rehearse splits before GPU hours are spent; 'down' stops
     exactly the processes it started. --backend kubernetes creates a KubeRay cluster, through Polyaxon
     (--via polyaxon) or directly (--via kuberay). The default, --backend auto, is the local cluster of that
-    --name when one already runs on this machine (then nothing changes), else Kubernetes. Running 'up'
-    again on a live cluster changes nothing. Progress goes to stderr whatever -o is.
+    --name when one already runs on this machine, else Kubernetes. Running 'up' again with the same request
+    changes nothing; another size or image is refused (exit 2) naming what differs and the fix ('scale
+    --nodes N', or 'down' then 'up'). Progress goes to stderr whatever -o is.
 
     Ray token authentication is on by default (--ray-auth token): locally a fresh token per cluster in a 0600
     file beside its state; on Kubernetes KubeRay's authOptions (KubeRay >= 1.6) with the token in a Secret, and

@@ -186,8 +186,13 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
                                 "or plan for what is there")
     version = None
     if job.kind == "ray-job" and job.record["mode"] == "direct":
-        version, _ = check_image_miles(cfg, url, payload_python(job.address), asserted=job.record.get("miles_commit"),
-                                       allow_drift=allow_miles_drift, progress=progress)
+        version, answer = check_image_miles(cfg, url, payload_python(job.address),
+                                            asserted=job.record.get("miles_commit"), allow_drift=allow_miles_drift,
+                                            progress=progress)
+        if answer.entry_exists is False:  # the job would fail at once: refuse before anything is recorded
+            raise ConfigError(f"direct mode runs {answer.entry}, which is not on the cluster ({answer.where}: no such "
+                              "file)", hint="set miles_root to the Miles checkout in the image (the Miles image has "
+                                            "/root/miles), or use the image that has it")
         job = replace(job, record={**job.record, "miles_commit": version.image, "miles_version": version.record()})
     if job.check_data:
         report = run_data_check(cfg, url, job.recipe, job.resume, python=payload_python(job.address),
