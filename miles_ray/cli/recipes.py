@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
+import typer
 from rich.table import Table
 
 from miles_ray.cli.common import Output, OutputOpt, RecipeFileOpt, emit, out
 from miles_ray.services.recipes import list_recipes
 
 
-def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.table) -> None:
+def recipes_cmd(
+    fits: Annotated[Optional[str], typer.Option("--fits", help="NODESxGPUS, e.g. 1x2: only the recipes whose default split the planner finds feasible on that many GPU worker nodes of that many GPUs", show_default=False)] = None,
+    recipe_file: RecipeFileOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
     """List the recipes: parallel sizes, GPUs per rollout engine, batch sizes and directories.
 
     Built-in recipes mirror the upstream Miles launchers (scripts/run_*.py) at one pinned commit of
@@ -21,11 +28,15 @@ def recipes_cmd(recipe_file: RecipeFileOpt = None, output: OutputOpt = Output.ta
     Add your own with --recipe-file (YAML: 'recipes: [ {name: ..., megatron_model_type: ..., hf_dir: ...,
     megatron_dir: ..., tensor_parallel: ..., rollout_gpus_per_engine: ..., attention_heads: ..., model_args:
     [...], train_args: [...]} ]'; see docs/recipes.md). -o json: {"upstream_miles_commit": ..., "recipes": [...]}.
+    --fits 1x2 lists only what one node of 2 GPUs can run (then "fits": "1x2" in the JSON).
     """
-    result = list_recipes(recipe_file)
+    result = list_recipes(recipe_file, fits)
 
     def table() -> None:
         out.print(f"built-in recipes mirror radixark/miles {result.upstream_miles_commit}")
+        if result.fits is not None:
+            out.print(f"recipes whose default split fits {result.fits} (GPU worker nodes x GPUs per node): "
+                      f"{len(result.recipes)}")
         t = Table("recipe", "TP", "PP", "CP", "EP", "GPUs/engine", "GBS", "layout", "hardware", "launcher")
         for r in result.recipes:
             hardware = "nvidia" if r.plannable else (f"{r.hardware} (not plannable)" if r.hardware != "nvidia"

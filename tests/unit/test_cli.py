@@ -131,6 +131,24 @@ def test_recipes_json(cli, clean_env) -> None:
     assert code == 0 and UPSTREAM_MILES_COMMIT in text
 
 
+def test_recipes_fits_lists_what_a_shape_can_run(cli, clean_env) -> None:
+    from miles_ray.core.planner import plan_split
+    from miles_ray.core.recipes import catalog
+
+    code, out, _ = cli("recipes", "--fits", "1x2", "-o", "json")
+    assert code == 0
+    data = json.loads(out)
+    names = [r["name"] for r in data["recipes"]]
+    assert data["fits"] == "1x2" and "Qwen3-4B" in names and "Qwen3-32B" not in names
+    assert names == [r.name for r in catalog(None).values()
+                     if r.plannable and plan_split(r, 1, 2, with_suggestions=False).feasible]
+    code, text, _ = cli("recipes", "--fits", "1x2")
+    assert code == 0 and "fits 1x2" in text and "Qwen3-4B" in text
+    code, _, err = cli("recipes", "--fits", "two")
+    assert code == 2 and "--fits 'two' is not NODESxGPUS" in err
+    assert "fits" not in json.loads(cli("recipes", "-o", "json")[1])  # the JSON without --fits is as before
+
+
 HEAVY = ("ray", "polyaxon", "kubernetes")
 
 
