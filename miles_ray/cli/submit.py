@@ -91,7 +91,8 @@ def submit_cmd(
                             extra_args=shlex.split(extra_args) if extra_args else [], resume_from=resume_from,
                             force=force, miles_commit=miles_commit, model_revision=model_revision,
                             dataset_revision=dataset_revision, num_rollout=num_rollout, timeout=timeout,
-                            wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold)
+                            wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold,
+                            shape_from_cluster=nodes is None and gpus_per_node is None)
 
     def send(progress=None):
         return submit(cfg, request, address=address, backend=cluster.backend.value, progress=progress,

@@ -94,6 +94,8 @@ class SubmitRequest:
     wait_for_nodes: bool = False
     check_data: bool | None = None  # None: on for Kubernetes clusters
     hold: float = 0  # rehearsal: seconds to keep the placed actors, failing if one dies
+    # neither --nodes nor --gpus-per-node given: plan for the live cluster's GPU workers (not in a client dry run)
+    shape_from_cluster: bool = False
 
 
 @dataclass(frozen=True)
@@ -407,6 +409,31 @@ def check_topology(topology: dict, plan: Plan) -> list[str]:
     if not problems and spare < plan.ray.spare_cpus:  # a missing node explains a CPU shortfall already
         problems.append("no spare CPU for the RolloutManager (one CPU outside the GPU bundles)")
     return problems
+
+
+def live_shape(topology: dict) -> tuple[int, int] | None:
+    """The live cluster's shape as ``--nodes``/``--gpus-per-node`` would say it: its alive GPU workers and the
+    GPUs of each (the most common count when they differ); None without a GPU worker."""
+    per_node = [int(n["gpus"]) for n in topology["nodes"] if n["gpus"] > 0]
+    if not per_node:
+        return None
+    gpus = max(sorted(set(per_node)), key=per_node.count)
+    return sum(1 for g in per_node if g >= gpus), gpus
+
+
+def topology_fix(topology: dict, plan: Plan) -> str:
+    """The flag (or verb) that makes the plan fit the live cluster, for a refusal's hint: ``--gpus-per-node G``
+    when the cluster's nodes have another GPU count, ``--nodes N`` for fewer GPU workers than planned (or
+    'scale' to add them, or waiting for them)."""
+    shape = live_shape(topology)
+    fixes = []
+    if shape is not None and shape[1] != plan.gpus_per_node:
+        fixes.append(f"pass --gpus-per-node {shape[1]} (what each GPU node has)")
+    if shape is None or shape[0] < plan.ray.gpu_workers:
+        fixes.append((f"plan for what is there (--nodes {shape[0]}), " if shape else "")
+                     + f"add GPU workers ('miles-ray scale --nodes {plan.ray.gpu_workers}') or wait for them "
+                       "(--wait-for-nodes)")
+    return "; ".join(fixes) or "plan for what is there ('miles-ray status' shows it)"
 
 
 def check_head_ray_version(configured: str | None, live: str | None) -> str | None:

@@ -19,13 +19,13 @@ from miles_ray.adapters.ray_head import kube_head_auth, local_token_path, open_h
 from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME, job_env
-from miles_ray.core.errors import ClusterError, ConfigError, Interrupted
+from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, PlanError
 from miles_ray.core.heads import parse_head
-from miles_ray.core.progress import Progress
+from miles_ray.core.progress import Progress, say
 from miles_ray.core.runs import (DryRunView, ExistingJob, ExistingRunRef, JobSubmitted, LauncherCommand,
                                  LauncherExec, LauncherJobCreated)
-from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, check_topology, prepare_submit,
-                                       validate_request)
+from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, ValidRequest, check_topology,
+                                       live_shape, prepare_submit, topology_fix, validate_request)
 from miles_ray.services.check_data import check_data as run_data_check
 from miles_ray.services.heads import recorded_head_auth, resolve_address
 from miles_ray.services.miles_version import check_image_miles
@@ -65,13 +65,23 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
     dir) and contacts nothing; ``server`` also compares the head's live topology and Ray version with the plan.
     Neither writes a record or submits anything. A launcher to be run here (``LauncherExec``) has its run
     recorded: :func:`launcher_command` and :func:`exec_launcher` run it."""
-    valid = validate_request(cfg, request)  # bad input fails here, before anything is looked up
+    live_shape_applies = request.shape_from_cluster and dry_run != "client"
+    try:
+        valid = validate_request(cfg, request)  # bad input fails here, before anything is looked up
+    except PlanError:
+        if not live_shape_applies:  # the split may fit the live cluster's shape: planned again below
+            raise
+        valid = None
     miles_version.validate_asserted(request.miles_commit)
     mode = request.mode
     if allow_miles_drift and (request.rehearse or mode != "direct"):
         raise ConfigError("--allow-miles-drift applies to --mode direct: a rehearsal runs no Miles, and the launcher "
                           "is the image's own (exact by construction)", hint="drop --allow-miles-drift")
     chosen_backend, stored = resolve_address(cfg, address, backend)
+    if live_shape_applies and not (parse_head(stored).kind == "kubernetes" and kube.missing_kubeconfig(cfg.kubeconfig)):
+        cfg, valid = _plan_for_live_shape(cfg, request, stored, progress) or (cfg, valid)
+    if valid is None:
+        valid = validate_request(cfg, request)
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored),
                           head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None)
     run = request.run
@@ -116,6 +126,26 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
         raise Interrupted(f"interrupted while submitting run {job.run}; no new run record was kept",
                           hint="run the same 'miles-ray submit --run NAME' again: it finds the job if Ray had "
                                "accepted it, or submits it once (the job id is derived from the run name)") from None
+
+
+def _plan_for_live_shape(cfg: MilesRayConfig, request: SubmitRequest, stored: str,
+                         progress: Progress) -> tuple[MilesRayConfig, ValidRequest] | None:
+    """Neither --nodes nor --gpus-per-node given: the config with the live cluster's GPU workers and GPUs per
+    node, and the request validated for it (None: the head has no GPU worker to take a shape from)."""
+    with open_head(stored, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
+        shape = live_shape(ray_jobs.cluster_topology(url))
+    if shape is None:
+        return None
+    nodes, gpus = shape
+    say(progress, f"notice: planning for the live cluster, {nodes} GPU node(s) x {gpus} GPUs (no --nodes or "
+                  "--gpus-per-node given)")
+    live = cfg.model_copy(update={"nodes": nodes, "gpus_per_node": gpus})
+    try:
+        return live, validate_request(live, request)
+    except PlanError as e:
+        raise PlanError(f"{e.message} (planned for the live cluster: no --nodes or --gpus-per-node given)",
+                        violations=e.violations,
+                        hint=f"'miles-ray recipes --fits {nodes}x{gpus}' lists the recipes it can run") from None
 
 
 def _launcher_head_auth(cfg: MilesRayConfig, address: str) -> tuple[str, str | None]:
@@ -182,8 +212,7 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
         problems = check_topology(topology, job.plan)
     if problems:
         raise ClusterError(f"the cluster at {url} does not fit the plan: " + "; ".join(problems),
-                           hint="add GPU workers ('miles-ray scale'), wait for them (--wait-for-nodes), "
-                                "or plan for what is there")
+                           hint=topology_fix(topology, job.plan))
     version = None
     if job.kind == "ray-job" and job.record["mode"] == "direct":
         version, answer = check_image_miles(cfg, url, payload_python(job.address),
