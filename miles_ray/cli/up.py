@@ -37,7 +37,7 @@ def up_cmd(
     gpus_per_node: GpusOpt = None,
     cluster: ClusterFlags = ClusterFlags(),
     via: Annotated[Via, typer.Option("--via", help="kubernetes: create a Polyaxon raycluster operation, or the KubeRay RayCluster directly")] = Via.polyaxon,
-    dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: preflight only; server: also the API server's dry run of the create", show_default=False)] = None,
+    dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: render and validate what would be created, contacting nothing (like kubectl --dry-run=client); server: also the live checks (preflight) and the API server's dry run of the create", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every GPU worker has joined Ray")] = True,
     ray_check: Annotated[bool, typer.Option("--ray-check/--no-ray-check", help="after the pods are ready, confirm in Ray (dashboard via port-forward) that the GPU workers joined")] = True,
     recipe: RecipeOpt = None,

@@ -118,8 +118,10 @@ def test_the_ray_token_secret_is_checked_before_anything_is_created(px_env, cli,
     assert f"the Ray token Secret {namespace}/px-tok does not exist" in line and "CreateContainerConfigError" in line
     assert f"kubectl -n {namespace} create secret generic px-tok --from-literal=auth_token=" in err
     assert nothing_created()
-    code, _, err = up("--dry-run", "client")  # the dry run's preflight says the same
+    code, _, err = up("--dry-run", "server")  # the server dry run's preflight says the same
     assert code == 1 and "does not exist" in err and nothing_created()
+    code, _, err = up("--dry-run", "client")  # the client dry run contacts nothing, so checks no Secret
+    assert code == 0 and "nothing contacted" in err and nothing_created(), err
 
     ray_token_secret(core_v1, namespace, "px-tok", key="token")  # the wrong key
     code, _, err = up()

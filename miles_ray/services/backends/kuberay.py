@@ -88,12 +88,9 @@ class KubeRayBackend:
         report = kc.preflight(cfg, api, cfg.nodes, True, reconciling=existing is not None, rendered=rc)
         result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
                         warnings=objects.warnings)
-        if dry_run == "client":  # preflight only: nothing sent to the API server
-            result.update(dry_run="client", created=False, raycluster=rc)
-            return result
-        if dry_run == "server":
+        if dry_run:  # the server dry run ('client' is k8s_clusters.up's: nothing contacted)
             rays.create(rc, dry_run=True)
-            result.update(dry_run="server", created=False, raycluster=rc)
+            result.update(dry_run=dry_run, created=False, raycluster=rc)
             return result
         if existing is not None:
             refuse_changed(cfg, existing, rc, "the")
