@@ -58,8 +58,13 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
     """Prepare the job of ``request`` (no I/O), then reach the head, check it against the plan, record the run
     and submit. ``address``/``backend``: which head (:func:`miles_ray.services.heads.resolve_address`).
 
+    ``request.shape_from_cluster`` (neither --nodes nor --gpus-per-node given): the split is planned for the live
+    cluster's GPU workers and GPUs per node (read from the head first; not in a client dry run).
+
     Direct mode reads the Miles commit in the image first (a probe on a GPU worker) and refuses a job whose
-    catalog mirrors another Miles unless ``allow_miles_drift`` (:mod:`miles_ray.core.miles_version`).
+    catalog mirrors another Miles unless ``allow_miles_drift`` (:mod:`miles_ray.core.miles_version`), and a
+    cluster without the trainer entry point (``miles_root``/train.py) on that node (exit 2, nothing recorded).
+    A run name submitted again with another request is refused (exit 2) before anything is contacted.
 
     ``dry_run``: ``client`` returns the prepared job (entrypoint, runtime env, submission id, run record, output
     dir) and contacts nothing; ``server`` also compares the head's live topology and Ray version with the plan.
@@ -78,7 +83,10 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
         raise ConfigError("--allow-miles-drift applies to --mode direct: a rehearsal runs no Miles, and the launcher "
                           "is the image's own (exact by construction)", hint="drop --allow-miles-drift")
     chosen_backend, stored = resolve_address(cfg, address, backend)
-    if live_shape_applies and not (parse_head(stored).kind == "kubernetes" and kube.missing_kubeconfig(cfg.kubeconfig)):
+    # a head in a Kubernetes namespace is read through a port-forward: without a kubeconfig (a Polyaxon user's
+    # launcher job) the configured shape is planned and the launcher checks the head itself
+    reachable = parse_head(stored).namespace is None or not kube.missing_kubeconfig(cfg.kubeconfig)
+    if live_shape_applies and reachable:
         cfg, valid = _plan_for_live_shape(cfg, request, stored, progress) or (cfg, valid)
     if valid is None:
         valid = validate_request(cfg, request)
