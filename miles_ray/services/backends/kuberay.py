@@ -195,8 +195,9 @@ class KubeRayBackend:
         recorded = state.read_json(state.kube_cluster_path(cfg.kube_context, cfg.namespace, cfg.name)) is not None
         name = kc.cluster_record(cfg)["raycluster"]
         out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=kc.STORAGE_KEPT)
-        if not recorded and kube.missing_kubeconfig(cfg.kubeconfig):
-            # nothing on this machine made it and there is no Kubernetes to look in: nothing to take down
+        if not recorded and cfg.kubeconfig is None and kube.missing_kubeconfig(None):
+            # nothing on this machine made it and there is no Kubernetes to look in (no kubeconfig at all; one
+            # named with --kubeconfig that does not exist stays an error): nothing to take down
             out.update(kubernetes=False, already_down=True)
             return out
         saved = kc.save_runs(cfg)
