@@ -66,6 +66,18 @@ def test_up_via_polyaxon_creates_the_operation(px_env, cli, core_v1, namespace, 
     code, out, err = cli(*args(namespace, "px-two"))
     assert code == 0, err
     assert json.loads(out)["polyaxon_uuid"] == uuid
+    # another size is refused (exit 2) naming the fix, as on the local and KubeRay backends; nothing created
+    code, _, err = cli(*args(namespace, "px-two", "--nodes", "4"))
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and "nodes 2 != 4" in lines[0], err
+    assert "'miles-ray scale --nodes 4'" in lines[0] and "--nodes 2" in lines[0]
+    assert api.find_run_by_name("default", "miles-e2e", "px-two")["uuid"] == uuid
+    # down twice: the second one finds it already down and exits 0 ('trap "miles-ray down -y" EXIT')
+    down = ["down", "-y", "--backend", "kubernetes", "--namespace", namespace, "--name", "px-two", "-c", "px.yaml"]
+    code, _, err = cli(*down)
+    assert code == 0, err
+    code, out, err = cli(*down, "-o", "json")
+    assert code == 0 and json.loads(out)["already_down"] is True, err
 
 
 def test_unknown_connection_refused_before_creation(px_env, cli, core_v1, namespace, tmp_path):
