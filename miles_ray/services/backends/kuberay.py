@@ -63,6 +63,16 @@ def drift(existing: dict, wanted: dict) -> list[str]:
     wg = ws["workerGroupSpecs"][0]
     if eg.get("replicas") != wg["replicas"]:
         diffs.append(f"replicas {eg.get('replicas')} != {wg['replicas']}")
+
+    def gpus(group: dict) -> str | None:
+        try:
+            limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        return next((str(v) for k, v in (limits or {}).items() if k.endswith("/gpu")), None)
+
+    if gpus(eg) != gpus(wg):
+        diffs.append(f"GPUs per worker {gpus(eg)} != {gpus(wg)}")
     return diffs
 
 
