@@ -354,7 +354,7 @@ def request_differences(existing: Mapping[str, Any], record: Mapping[str, Any]) 
                 diffs.append(f"{key} {old} != {new}")
     old_split, new_split = existing.get("split") or {}, record.get("split") or {}
     for key in new_split:
-        if key != "miles_args" and old_split.get(key) != new_split.get(key):
+        if key != "miles_args" and key in old_split and old_split[key] != new_split[key]:  # (older records lack some)
             diffs.append(f"{key} {old_split.get(key)} != {new_split.get(key)}")
     return diffs
 
