@@ -13,7 +13,8 @@ at ROOT (the config's ``miles_root``):
 
 When no GPU worker answers within ``--timeout`` seconds (or none is alive), ROOT is read by the driver itself.
 Last line: ``MILES_RAY_PROBE_RESULT {json}`` with ``commit`` (40 hex or null), ``source`` (``git``,
-``git-files`` or null), ``root``, ``root_exists``, ``node_ip``, ``where``, ``problem``.
+``git-files`` or null), ``root``, ``root_exists``, ``entry`` (ROOT/train.py, what direct mode runs),
+``entry_exists``, ``node_ip``, ``where``, ``problem``.
 Imports only ray and the standard library.
 """
 
@@ -74,6 +75,9 @@ def commit_from_files(git_dir: str) -> str | None:
 
 def read_commit(root: str) -> dict:
     out: dict = {"root": root, "root_exists": os.path.isdir(root), "commit": None, "source": None, "problem": None}
+    # the entry point direct mode runs (``python3 ROOT/train.py``): submit refuses a job it would not find
+    out["entry"] = os.path.join(root, "train.py")
+    out["entry_exists"] = os.path.isfile(out["entry"])
     try:
         import ray
 

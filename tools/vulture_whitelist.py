@@ -101,7 +101,6 @@ _._recipes  # services/recipes.py RecipeCatalog: a @field_serializer, pydantic c
 # BEGIN result fields
 _.adjusted
 _.alive_count
-_.already_down
 _.bundle
 _.busy_jobs
 _.bytes_sent
@@ -118,7 +117,6 @@ _.head_service
 _.job_status
 _.last_job_end
 _.launcher_job
-_.matches_request
 _.metric_lines
 _.mount_device
 _.mountpoint

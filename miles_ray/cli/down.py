@@ -35,6 +35,9 @@ def down_cmd(
     if isinstance(result, DownCluster):  # taken down before: Polyaxon's view of its run
         emit(result, output, lambda: err.print(down_line(result) + "; nothing to do"))
         return
+    if result.already_down:  # nothing to take down: what 'down' wants, so exit 0 ('trap "down -y" EXIT' clean-ups)
+        emit(result, output, lambda: err.print(f"cluster {cfg.name!r} was already down ({chosen.name}); nothing to do"))
+        return
     emit(result, output, lambda: err.print(f"cluster {cfg.name!r} is down ({chosen.name}); storage and checkpoints kept"))
     saved = result.saved_runs
     if output is Output.table and saved is not None and saved.saved:

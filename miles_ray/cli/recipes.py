@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
+import typer
+
 from miles_ray.cli.common import (Col, RecipeFileOpt, TableOutput, TableOutputOpt, emit, fit_table, out, print_table,
                                   table_output)
 from miles_ray.services.recipes import list_recipes
 
 
-def recipes_cmd(recipe_file: RecipeFileOpt = None, output: TableOutputOpt = TableOutput.table) -> None:
+def recipes_cmd(
+    fits: Annotated[Optional[str], typer.Option("--fits", help="NODESxGPUS, e.g. 1x2: only the recipes whose default split the planner finds feasible on that many GPU worker nodes of that many GPUs", show_default=False)] = None,
+    recipe_file: RecipeFileOpt = None,
+    output: TableOutputOpt = TableOutput.table,
+) -> None:
     """List the recipes: parallel sizes, GPUs per rollout engine, batch sizes and directories.
 
     Built-in recipes mirror the upstream Miles launchers (scripts/run_*.py) at one pinned commit of
@@ -20,12 +28,16 @@ def recipes_cmd(recipe_file: RecipeFileOpt = None, output: TableOutputOpt = Tabl
     Add your own with --recipe-file (YAML: 'recipes: [ {name: ..., megatron_model_type: ..., hf_dir: ...,
     megatron_dir: ..., tensor_parallel: ..., rollout_gpus_per_engine: ..., attention_heads: ..., model_args:
     [...], train_args: [...]} ]'; see docs/recipes.md). -o json: {"upstream_miles_commit": ..., "recipes": [...]}.
+    --fits 1x2 lists only what one node of 2 GPUs can run (then "fits": "1x2" in the JSON).
     """
     output = table_output(output)
-    result = list_recipes(recipe_file)
+    result = list_recipes(recipe_file, fits)
 
     def table() -> None:
         out.print(f"built-in recipes mirror radixark/miles {result.upstream_miles_commit}")
+        if result.fits is not None:
+            out.print(f"recipes whose default split fits {result.fits} (GPU worker nodes x GPUs per node): "
+                      f"{len(result.recipes)}")
         rows = []
         for r in result.recipes:
             hardware = "nvidia" if r.plannable else (f"{r.hardware} (not plannable)" if r.hardware != "nvidia"

@@ -31,7 +31,7 @@ class Mode(str, Enum):
 
 @cluster_options
 def submit_cmd(
-    run: Annotated[Optional[str], typer.Option("--run", help="run name; re-submitting the same run never starts a second job [default: generated]", show_default=False)] = None,
+    run: Annotated[Optional[str], typer.Option("--run", help="run name; re-submitting the same run never starts a second job, and another request under it is refused [default: generated]", show_default=False)] = None,
     recipe: RecipeOpt = None,
     nodes: NodesOpt = None,
     gpus_per_node: GpusOpt = None,
@@ -66,12 +66,15 @@ def submit_cmd(
 ) -> None:
     """Submit Miles (or a rehearsal) to an existing Ray head with MILES_SCRIPT_EXTERNAL_RAY=1.
 
-    Before anything runs: the split is planned and checked, and the live cluster (alive GPU nodes, GPUs
-    per node, spare CPU) is compared with the plan; what is missing is reported with numbers. Direct mode
-    reads the Miles commit in the image (a short job on a GPU worker) and refuses (exit 1) a job whose catalog
-    mirrors another Miles, unless --allow-miles-drift; --mode launcher is exact by construction. Every
+    Before anything runs: the split is planned and checked (without --nodes and --gpus-per-node, for the live
+    cluster's GPU workers, said in one notice line), and the live cluster (alive GPU nodes, GPUs per node,
+    spare CPU) is compared with the plan; what is missing is reported with numbers and the flag that fixes
+    it. Direct mode reads the Miles commit in the image (a short job on a GPU worker) and refuses (exit 1) a
+    job whose catalog mirrors another Miles, unless --allow-miles-drift; --mode launcher is exact by
+    construction; it refuses (exit 2) a cluster without the trainer entry point (miles_root/train.py). Every
     submit writes a run record (image digest, recipe hash, split, revisions, output dir). The job id is
-    derived from the run name, so re-submitting a run returns the existing job. A head on Kubernetes is
+    derived from the run name, so re-submitting a run with the same request returns the existing job; another
+    request under that name is refused (exit 2), naming what differs. A head on Kubernetes is
     reached through a port-forward (--context, --kubeconfig, --namespace). With --follow the exit code
     is the job's: 0 succeeded, 3 failed, 6 stopped; -o json/yaml then prints one document with the logs.
 
@@ -90,7 +93,8 @@ def submit_cmd(
                             extra_args=split_extra_args(extra_args), resume_from=resume_from,
                             force=force, miles_commit=miles_commit, model_revision=model_revision,
                             dataset_revision=dataset_revision, num_rollout=num_rollout, timeout=timeout,
-                            wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold)
+                            wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold,
+                            shape_from_cluster=nodes is None and gpus_per_node is None)
 
     validate_request(cfg, request)  # bad input fails here, before any progress line
 

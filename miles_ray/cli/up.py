@@ -38,7 +38,7 @@ def up_cmd(
     gpus_per_node: GpusOpt = None,
     cluster: ClusterFlags = ClusterFlags(),
     via: Annotated[Via, typer.Option("--via", help="kubernetes: create a Polyaxon raycluster operation, or the KubeRay RayCluster directly")] = Via.polyaxon,
-    dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: preflight only; server: also the API server's dry run of the create", show_default=False)] = None,
+    dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: render and validate what would be created, contacting nothing (like kubectl --dry-run=client); server: also the live checks (preflight) and the API server's dry run of the create", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until every GPU worker has joined Ray")] = True,
     ray_check: Annotated[bool, typer.Option("--ray-check/--no-ray-check", help="after the pods are ready, confirm in Ray (dashboard via port-forward) that the GPU workers joined")] = True,
     recipe: RecipeOpt = None,
@@ -63,8 +63,9 @@ def up_cmd(
     advertise fake GPUs, all on loopback) to rehearse splits before GPU hours are spent; 'down' stops
     exactly the processes it started. --backend kubernetes creates a KubeRay cluster, through Polyaxon
     (--via polyaxon) or directly (--via kuberay). The default, --backend auto, is the local cluster of that
-    --name when one already runs on this machine (then nothing changes), else Kubernetes. Running 'up'
-    again on a live cluster changes nothing. Progress goes to stderr whatever -o is.
+    --name when one already runs on this machine, else Kubernetes. Running 'up' again with the same request
+    changes nothing; another size or image is refused (exit 2) naming what differs and the fix ('scale
+    --nodes N', or 'down' then 'up'). Progress goes to stderr whatever -o is.
 
     Ray token authentication is on by default (--ray-auth token): locally a fresh token per cluster in a 0600
     file beside its state; on Kubernetes KubeRay's authOptions (KubeRay >= 1.6) with the token in a Secret, and

@@ -105,6 +105,8 @@ class SubmitRequest:
     wait_for_nodes: bool = False
     check_data: bool | None = None  # None: on for Kubernetes clusters
     hold: float = 0  # rehearsal: seconds to keep the placed actors, failing if one dies
+    # neither --nodes nor --gpus-per-node given: plan for the live cluster's GPU workers (not in a client dry run)
+    shape_from_cluster: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,14 +251,9 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
     sid = submission_id(cfg.name, run)
 
     reconcile_error = None
-    if existing is not None:
-        if existing.get("address") != target.address:
-            raise ConfigError(f"run {run!r} already exists on another cluster ({existing.get('address')})",
-                              hint="pick another --run name")
-        if existing.get("recipe_hash") != recipe.content_hash() or resume_differences(
-                RunRecord.model_validate(existing), recipe.content_hash(), plan.model_dump()):
-            reconcile_error = ConfigError(f"run {run!r} was recorded with a different recipe or split and has no job",
-                                          hint="pick another --run name")
+    if existing is not None and existing.get("address") != target.address:
+        raise ConfigError(f"run {run!r} already exists on another cluster ({existing.get('address')})",
+                          hint="pick another --run name")
 
     output_dir, resumed_from, resuming = cfg.output_dir(run), None, None
     if resume is not None:
@@ -320,6 +317,8 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         resumed_from=resumed_from, entrypoint=entrypoint, checkpoint_dir=ckpt[0], load_dir=ckpt[1],
         checkpoint_dirs_from=ckpt_from, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig,
     ).model_dump(by_alias=True, exclude=set(RECORDED_ON_CREATION))
+    if existing is not None:
+        refuse_changed_request(run, existing, record)
     metadata = {"miles_ray_run": run, "recipe": recipe.name, "recipe_hash": recipe.content_hash(),
                 "cluster": cfg.name, "mode": mode, "layout": plan.layout,
                 "image_digest": record["image_digest"] or "", "output_dir": output_dir}
@@ -340,6 +339,45 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
                      check_data=check_data, resume=resuming,
                      wait_for_nodes=request.wait_for_nodes, timeout=request.timeout, launcher_argv=argv,
                      operation=operation, existing=existing, reconcile_error=reconcile_error, warnings=warnings)
+
+
+# what a run's record keeps of its request, compared when the same run name is submitted again
+_REQUEST_FIELDS = ("recipe", "recipe_hash", "mode", "image", "model_revision", "dataset_revision", "resumed_from",
+                   "entrypoint")
+
+
+def request_differences(existing: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
+    """How the run ``record`` about to be made differs from the ``existing`` record of that run name, field by
+    field (empty: the same request, a re-submit)."""
+    diffs: list[str] = []
+    for key in _REQUEST_FIELDS:
+        if key == "recipe_hash" and existing.get("recipe") != record.get("recipe"):
+            continue  # a different recipe says it already
+        if key == "entrypoint" and diffs:
+            continue  # the entrypoint follows from the fields above
+        old, new = existing.get(key), record.get(key)
+        if old != new:
+            if key == "recipe_hash":
+                old, new = str(old)[:19], str(new)[:19]
+            if key == "entrypoint":
+                diffs.append("the job's command line (--extra-args, --num-rollout or a setting it is built from)")
+            else:
+                diffs.append(f"{key} {old} != {new}")
+    old_split, new_split = existing.get("split") or {}, record.get("split") or {}
+    for key in new_split:
+        if key != "miles_args" and key in old_split and old_split[key] != new_split[key]:  # (older records lack some)
+            diffs.append(f"{key} {old_split.get(key)} != {new_split.get(key)}")
+    return diffs
+
+
+def refuse_changed_request(run: str, existing: Mapping[str, Any], record: Mapping[str, Any]) -> None:
+    """A run name is one request: submitting it again with the same request finds its job (a no-op); with another
+    request it is refused (exit 2), naming what differs."""
+    diffs = request_differences(existing, record)
+    if diffs:
+        raise ConfigError(f"run {run!r} already exists with a different request: " + "; ".join(diffs),
+                          hint=f"submit it under a new --run name, or continue its checkpoints with a new --run name "
+                               f"and --resume-from {run}")
 
 
 def unkept_checkpoints(cfg: MilesRayConfig, backend: str, run: str, save: str | None,
@@ -382,6 +420,31 @@ def check_topology(topology: dict, plan: Plan) -> list[str]:
     if not problems and spare < plan.ray.spare_cpus:  # a missing node explains a CPU shortfall already
         problems.append("no spare CPU for the RolloutManager (one CPU outside the GPU bundles)")
     return problems
+
+
+def live_shape(topology: dict) -> tuple[int, int] | None:
+    """The live cluster's shape as ``--nodes``/``--gpus-per-node`` would say it: its alive GPU workers and the
+    GPUs of each (the most common count when they differ); None without a GPU worker."""
+    per_node = [int(n["gpus"]) for n in topology["nodes"] if n["gpus"] > 0]
+    if not per_node:
+        return None
+    gpus = max(sorted(set(per_node)), key=per_node.count)
+    return sum(1 for g in per_node if g >= gpus), gpus
+
+
+def topology_fix(topology: dict, plan: Plan) -> str:
+    """The flag (or verb) that makes the plan fit the live cluster, for a refusal's hint: ``--gpus-per-node G``
+    when the cluster's nodes have another GPU count, ``--nodes N`` for fewer GPU workers than planned (or
+    'scale' to add them, or waiting for them)."""
+    shape = live_shape(topology)
+    fixes = []
+    if shape is not None and shape[1] != plan.gpus_per_node:
+        fixes.append(f"pass --gpus-per-node {shape[1]} (what each GPU node has)")
+    if shape is None or shape[0] < plan.ray.gpu_workers:
+        fixes.append((f"plan for what is there (--nodes {shape[0]}), " if shape else "")
+                     + f"add GPU workers ('miles-ray scale --nodes {plan.ray.gpu_workers}') or wait for them "
+                       "(--wait-for-nodes)")
+    return "; ".join(fixes) or "plan for what is there ('miles-ray status' shows it)"
 
 
 def check_head_ray_version(configured: str | None, live: str | None) -> str | None:

@@ -16,11 +16,11 @@ from miles_ray.core.progress import Progress
 from miles_ray.services.backends.kube_common import (check_fields_known, check_token_secret, cluster_record,
                                                      create_token_secret_hint, polyaxon_preflight, preflight,
                                                      unchecked_token_secret, wait_ready, without_kubectl)
-from miles_ray.services.backends.results import KubeUp
+from miles_ray.services.backends.results import KubeUp, Preflight
 from miles_ray.services.documents import prepare_cluster
 
 # what other modules use from here (they live in kube_common, shared by the KubeRay and Polyaxon backends)
-__all__ = ["check_fields_known", "check_token_secret", "cluster_record", "create_token_secret_hint",
+__all__ = ["CLIENT_DRY_RUN", "check_fields_known", "check_token_secret", "cluster_record", "create_token_secret_hint",
            "polyaxon_preflight", "preflight", "unchecked_token_secret", "up", "wait_ready", "without_kubectl"]
 
 
@@ -49,4 +49,22 @@ def up(cfg: MilesRayConfig, backend: Creates, progress: Progress = None, timeout
 def _up(cfg: MilesRayConfig, backend: Creates, progress: Progress, timeout: float, via: str, dry_run: str | None,
         wait: bool, ray_check: bool) -> KubeUp:
     objects = prepare_cluster(cfg, via)  # everything that will be created, validated, before any I/O
+    if dry_run == "client":  # like kubectl --dry-run=client: rendered and validated here, nothing contacted
+        return client_dry_run(cfg, via, objects)
     return backend.create(cfg, objects, progress, timeout, dry_run, wait, ray_check)
+
+
+CLIENT_DRY_RUN = ("client dry run: rendered and validated here, nothing contacted (no Kubernetes, no Polyaxon); "
+                  "--dry-run server runs the live checks")
+
+
+def client_dry_run(cfg: MilesRayConfig, via: str, objects: ClusterDocuments) -> KubeUp:
+    """What 'up --via VIA' would create, validated, with no server contacted (the preflight is the server dry
+    run's)."""
+    result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=via, preflight=Preflight(skipped="client dry run"),
+                    warnings=objects.warnings, notices=[CLIENT_DRY_RUN], dry_run="client", created=False)
+    if objects.raycluster is not None:
+        result.raycluster = objects.raycluster
+    if objects.operation is not None:
+        result.operation = objects.operation
+    return result

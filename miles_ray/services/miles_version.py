@@ -27,6 +27,8 @@ class ImageCommit(Result):
     source: str | None
     where: str | None
     job: str | None = None
+    entry: str | None = None  # ROOT/train.py, the entry point direct mode runs, and whether it is there
+    entry_exists: bool | None = None
 
 
 def read_image_commit(cfg: MilesRayConfig, url: str, python: str, progress: Progress = None) -> ImageCommit:

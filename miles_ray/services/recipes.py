@@ -3,13 +3,18 @@ launchers at one pinned commit) and those of a --recipe-file."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import field_serializer
 
+from miles_ray.core.errors import ConfigError, MilesRayError
+from miles_ray.core.planner import plan_split
 from miles_ray.core.recipes import UPSTREAM_MILES_COMMIT, Recipe, catalog
 from miles_ray.core.results import Result
+
+_SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
 
 class RecipeCatalog(Result):
@@ -17,6 +22,7 @@ class RecipeCatalog(Result):
     planner can plan it, and why not)."""
 
     upstream_miles_commit: str
+    fits: str | None = None  # set with --fits NxG: only the recipes whose default split that shape can run
     recipes: list[Recipe]
 
     @field_serializer("recipes")
@@ -25,6 +31,30 @@ class RecipeCatalog(Result):
                                              "not_plannable_reason": r.not_plannable_reason} for r in recipes]
 
 
-def list_recipes(recipe_file: str | Path | None = None) -> RecipeCatalog:
-    """The catalog: the built-in recipes, then those of ``recipe_file``."""
-    return RecipeCatalog(upstream_miles_commit=UPSTREAM_MILES_COMMIT, recipes=list(catalog(recipe_file).values()))
+def parse_shape(shape: str) -> tuple[int, int]:
+    """``NxG`` (GPU worker nodes x GPUs per node) as two positive numbers; bad input otherwise."""
+    m = _SHAPE.match(shape)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise ConfigError(f"--fits {shape!r} is not NODESxGPUS", hint="e.g. --fits 1x2 (one node of 2 GPUs)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def fits(recipe: Recipe, nodes: int, gpus_per_node: int) -> bool:
+    """Whether the planner finds ``recipe``'s default split feasible on ``nodes`` x ``gpus_per_node``."""
+    if not recipe.plannable:
+        return False
+    try:
+        return plan_split(recipe, nodes, gpus_per_node, with_suggestions=False).feasible
+    except MilesRayError:
+        return False
+
+
+def list_recipes(recipe_file: str | Path | None = None, shape: str | None = None) -> RecipeCatalog:
+    """The catalog: the built-in recipes, then those of ``recipe_file``; with ``shape`` (``NxG``) only those whose
+    default split is feasible on that many GPU nodes of that many GPUs."""
+    recipes = list(catalog(recipe_file).values())
+    if shape is None:
+        return RecipeCatalog(upstream_miles_commit=UPSTREAM_MILES_COMMIT, recipes=recipes)
+    nodes, gpus = parse_shape(shape)
+    return RecipeCatalog(upstream_miles_commit=UPSTREAM_MILES_COMMIT, fits=f"{nodes}x{gpus}",
+                         recipes=[r for r in recipes if fits(r, nodes, gpus)])

@@ -13,7 +13,7 @@ from miles_ray.core.prepare import Document
 from miles_ray.core.progress import Progress, say
 from miles_ray.core.results import Result
 from miles_ray.services.documents import prepare_documents
-from miles_ray.services.k8s_clusters import (check_token_secret, polyaxon_preflight, unchecked_token_secret,
+from miles_ray.services.k8s_clusters import (CLIENT_DRY_RUN, check_token_secret, polyaxon_preflight, unchecked_token_secret,
                                              without_kubectl)
 
 
@@ -36,10 +36,14 @@ class SingleNodeUp(Result):
 def up_single_node(cfg: MilesRayConfig, dry_run: str | None = None, wait: bool = True, timeout: float = 600,
                    progress: Progress = None) -> SingleNodeUp:
     """Prepare and validate the single-node job, check what it needs (the Ray token Secret its container reads, the
-    Polyaxon project, the agent's connections), then create it (``dry_run``: only say what would be created);
-    ``wait``: until it runs."""
+    Polyaxon project, the agent's connections), then create it (``dry_run``: only say what would be created;
+    ``client``: with nothing checked nor contacted); ``wait``: until it runs."""
     docs = prepare_documents(cfg, (Document.single_node,))
     op = docs.single_node
+    project = f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}"
+    if dry_run == "client":  # rendered and validated here, nothing contacted: the checks are the server dry run's
+        return SingleNodeUp(name=cfg.name, kind="single-node", project=project, warnings=docs.warnings,
+                            notices=[CLIENT_DRY_RUN], dry_run=dry_run, created=False, operation=op)
     notices: list[str] = []
     if cfg.ray_auth == "token":  # the job's container reads RAY_AUTH_TOKEN from the Secret (see core.single_node)
         missing = without_kubectl(cfg)
@@ -51,7 +55,6 @@ def up_single_node(cfg: MilesRayConfig, dry_run: str | None = None, wait: bool =
             check_token_secret(cfg, kube.load_client(cfg.kubeconfig, cfg.kube_context), ray_token_secret(cfg),
                                "the single-node job's container")
     client, known = polyaxon_preflight(cfg, op, progress)
-    project = f"{cfg.polyaxon_owner}/{cfg.polyaxon_project}"
     if dry_run:
         return SingleNodeUp(name=cfg.name, kind="single-node", project=project, warnings=docs.warnings,
                             notices=notices, dry_run=dry_run, created=False, operation=op)

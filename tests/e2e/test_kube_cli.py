@@ -58,6 +58,12 @@ def test_up_scale_status_down(kube_env, cli, core_v1, custom_objects, namespace,
     code, out, err = cli(*up_args(namespace, 4))
     assert code == 0, err
     assert len(rayclusters(custom_objects, namespace)) == 1
+    # up of another size: refused (exit 2) naming the verb that changes it, as on the local backend
+    code, _, err = cli(*up_args(namespace, 2))
+    assert code == 2 and "replicas 4 != 2" in err and "'miles-ray scale --nodes 2'" in err, err
+    assert one_error_line(err)
+    [rc] = rayclusters(custom_objects, namespace)
+    assert rc["spec"]["workerGroupSpecs"][0]["replicas"] == 4
 
     code, out, err = cli("scale", "--nodes", "6", "--no-ray-check", "--timeout", "120", "-o", "json", *kube_args(namespace))
     assert code == 0, err
@@ -85,6 +91,21 @@ def test_up_scale_status_down(kube_env, cli, core_v1, custom_objects, namespace,
     assert rayclusters(custom_objects, namespace) == []
     wait_for("pods gone", lambda: not core_v1.list_namespaced_pod(namespace, label_selector="ray.io/cluster=miles-e2e").items)
     assert core_v1.read_namespaced_persistent_volume_claim("miles-data", namespace).status.phase == "Bound"
+    # down again: already down is what 'down' wants (a 'trap "miles-ray down -y" EXIT' clean-up exits 0)
+    code, out, err = cli("down", "--backend", "kubernetes", "-y", "-o", "json", *kube_args(namespace))
+    assert code == 0 and json.loads(out)["already_down"] is True, err
+    code, _, err = cli("down", "--backend", "kubernetes", "-y", *kube_args(namespace))
+    assert code == 0 and "was already down (kubernetes)" in err, err
+
+
+def test_client_dry_run_contacts_nothing_server_dry_run_checks(kube_env, cli, custom_objects, namespace):
+    """--dry-run client renders and validates only (a namespace that does not exist is not looked at); the
+    server dry run runs the preflight and refuses it."""
+    code, out, err = cli(*up_args("no-such-namespace", 2), "--dry-run", "client", "-o", "json")
+    assert code == 0 and json.loads(out)["preflight"] == {"skipped": "client dry run"}, err
+    assert "nothing contacted" in err
+    code, _, err = cli(*up_args("no-such-namespace", 2), "--dry-run", "server")
+    assert code == 1 and "namespace 'no-such-namespace' does not exist" in err
 
 
 def test_preflight_refuses_more_gpu_nodes_than_exist(kube_env, cli, custom_objects, namespace, shared_volume):

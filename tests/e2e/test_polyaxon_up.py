@@ -66,6 +66,18 @@ def test_up_via_polyaxon_creates_the_operation(px_env, cli, core_v1, namespace, 
     code, out, err = cli(*args(namespace, "px-two"))
     assert code == 0, err
     assert json.loads(out)["polyaxon_uuid"] == uuid
+    # another size is refused (exit 2) naming the fix, as on the local and KubeRay backends; nothing created
+    code, _, err = cli(*args(namespace, "px-two", "--nodes", "4"))
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and "nodes 2 != 4" in lines[0], err
+    assert "'miles-ray scale --nodes 4'" in lines[0] and "--nodes 2" in lines[0]
+    assert api.find_run_by_name("default", "miles-e2e", "px-two")["uuid"] == uuid
+    # down twice: the second one finds it already down and exits 0 ('trap "miles-ray down -y" EXIT')
+    down = ["down", "-y", "--backend", "kubernetes", "--namespace", namespace, "--name", "px-two", "-c", "px.yaml"]
+    code, _, err = cli(*down)
+    assert code == 0, err
+    code, out, err = cli(*down, "-o", "json")
+    assert code == 0 and json.loads(out)["already_down"] is True, err
 
 
 def test_unknown_connection_refused_before_creation(px_env, cli, core_v1, namespace, tmp_path):
@@ -118,8 +130,10 @@ def test_the_ray_token_secret_is_checked_before_anything_is_created(px_env, cli,
     assert f"the Ray token Secret {namespace}/px-tok does not exist" in line and "CreateContainerConfigError" in line
     assert f"kubectl -n {namespace} create secret generic px-tok --from-literal=auth_token=" in err
     assert nothing_created()
-    code, _, err = up("--dry-run", "client")  # the dry run's preflight says the same
+    code, _, err = up("--dry-run", "server")  # the server dry run's preflight says the same
     assert code == 1 and "does not exist" in err and nothing_created()
+    code, _, err = up("--dry-run", "client")  # the client dry run contacts nothing, so checks no Secret
+    assert code == 0 and "nothing contacted" in err and nothing_created(), err
 
     ray_token_secret(core_v1, namespace, "px-tok", key="token")  # the wrong key
     code, _, err = up()

@@ -101,6 +101,19 @@ def test_an_unreadable_commit_is_a_notice_and_miles_commit_contradicting_the_ima
     assert code == 2 and "--allow-miles-drift applies to --mode direct" in err
 
 
+def test_direct_mode_refuses_a_cluster_without_the_trainer_entry_point(env, cli, tmp_path):
+    """miles_root is an empty dir on the nodes: the job would fail at once on 'can't open file .../train.py'."""
+    empty = tmp_path / "no-miles"
+    empty.mkdir()
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {empty}\n")
+    code, res, err = submit(cli, env.address, "--run", "mv-noentry", "--nodes", "1")
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and f"{empty}/train.py" in lines[0] and "GPU worker 127.0.0." in lines[0], err
+    assert record(cli, "mv-noentry") is None  # nothing recorded, no job
+    assert not [j for j in ray_jobs.list_jobs(env.address) if j["job_id"] == "miles-ray-miles-test-mv-noentry"]
+
+
 def test_doctor_reports_a_drift(env, cli, fake_miles_checkout, monkeypatch):
     root, head = fake_miles_checkout
     monkeypatch.setattr(miles_version, "CATALOG_MILES_COMMIT", OTHER)

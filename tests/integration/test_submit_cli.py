@@ -311,3 +311,40 @@ def test_dry_run_server_checks_the_live_topology(env, cli, miles_root, tmp_path)
     assert dry["problems"] and any("GPU" in p for p in dry["problems"]), dry["problems"]
     assert "1 problem" in err or "problem(s)" in err
     assert list((tmp_path / "state").rglob("dry-*")) == []
+
+
+def test_without_nodes_or_gpus_submit_plans_for_the_live_cluster(env, cli, miles_root, tmp_path):
+    """Neither -N nor -G: the plan takes the live cluster's shape (4 GPU workers x 8 here) and says so in one
+    notice line; a client dry run contacts nothing, so it keeps the configured shape."""
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {miles_root}\n")
+    code, out, err = submit(cli, env.address, "--run", "live-1", "--dry-run", "server", "-o", "json")
+    assert code == 0, err
+    dry = json.loads(out)
+    assert dry["record"]["split"]["nodes"] == 4 and dry["record"]["split"]["gpus_per_node"] == 8
+    assert "--actor-num-nodes 4" in dry["entrypoint"] and dry["problems"] == []
+    notes = [ln for ln in err.splitlines() if "notice: planning for the live cluster" in ln]
+    assert len(notes) == 1 and "4 GPU node(s) x 8 GPUs" in notes[0], err
+    code, out, err = submit(cli, "http://127.0.0.1:9", "--run", "live-1", "--dry-run", "client", "-o", "json")
+    assert code == 0 and json.loads(out)["record"]["split"]["nodes"] == 1, err
+
+
+def test_a_plan_that_does_not_fit_names_the_flag_that_fixes_it(env, cli):
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "g2", "--nodes", "1", "--gpus-per-node", "2")
+    assert code == 1 and "pass --gpus-per-node 8" in err, err
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "n8", "--nodes", "8")
+    assert code == 1 and "--nodes 4" in err and "'miles-ray scale --nodes 8'" in err, err
+    code, _, err = submit(cli, env.address, "--recipe", "Qwen3-235B-A22B", "--run", "big", "--rehearse")
+    assert code == 2 and "'miles-ray recipes --fits 4x8'" in err, err
+    assert json.loads(cli("runs", "-o", "json")[1]) == []  # nothing recorded
+
+
+def test_a_run_name_submitted_again_with_another_request_is_refused(env, cli):
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "same-1", "--nodes", "1", "--no-follow")
+    assert code == 0, err
+    code, _, err = submit(cli, env.address, "--rehearse", "--run", "same-1", "--nodes", "2", "--no-follow")
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and "nodes 1 != 2" in lines[0] and "--resume-from same-1" in lines[0], err
+    code, out, err = submit(cli, env.address, "--rehearse", "--run", "same-1", "--nodes", "1", "--no-follow",
+                            "-o", "json")
+    assert code == 0 and json.loads(out)["created"] is False, err  # the same request: its job, not a second one
+    cli("stop", "same-1", "-y")

@@ -131,6 +131,43 @@ def test_recipes_json(cli, clean_env) -> None:
     assert code == 0 and UPSTREAM_MILES_COMMIT in text
 
 
+def test_recipes_fits_lists_what_a_shape_can_run(cli, clean_env) -> None:
+    from miles_ray.core.planner import plan_split
+    from miles_ray.core.recipes import catalog
+
+    code, out, _ = cli("recipes", "--fits", "1x2", "-o", "json")
+    assert code == 0
+    data = json.loads(out)
+    names = [r["name"] for r in data["recipes"]]
+    assert data["fits"] == "1x2" and "Qwen3-4B" in names and "Qwen3-32B" not in names
+    assert names == [r.name for r in catalog(None).values()
+                     if r.plannable and plan_split(r, 1, 2, with_suggestions=False).feasible]
+    code, text, _ = cli("recipes", "--fits", "1x2")
+    assert code == 0 and "fits 1x2" in text and "Qwen3-4B" in text
+    code, _, err = cli("recipes", "--fits", "two")
+    assert code == 2 and "--fits 'two' is not NODESxGPUS" in err
+    assert "fits" not in json.loads(cli("recipes", "-o", "json")[1])  # the JSON without --fits is as before
+
+
+@pytest.mark.parametrize("how", [["--via", "kuberay"], ["--via", "polyaxon"], ["--single-node"]])
+def test_up_dry_run_client_contacts_nothing(cli, clean_env, monkeypatch, how) -> None:
+    """Like kubectl --dry-run=client: no kubeconfig, no Polyaxon server (port 9: nothing listens), and the
+    client dry run still renders and validates what would be created; the server dry run is where the checks are."""
+    monkeypatch.setenv("KUBECONFIG", str(clean_env / "no-kubeconfig"))
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(clean_env / "state"))
+    monkeypatch.setenv("POLYAXON_HOST", "http://127.0.0.1:9")
+    base = ["up", "--backend", "kubernetes", *how, "--name", "dry", "--image", IMAGE, "--ray-version", "2.60.0"]
+    code, out, err = cli(*base, "--dry-run", "client", "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["dry_run"] == "client" and result["created"] is False
+    assert result["raycluster"] if how == ["--via", "kuberay"] else result["operation"]
+    assert any("nothing contacted" in n for n in result["notices"])
+    assert not list((clean_env / "state").rglob("dry*.json"))  # nothing recorded either
+    code, _, err = cli(*base, "--dry-run", "server")
+    assert code != 0 and "Traceback" not in err  # the server dry run does reach out (and there is nothing)
+
+
 HEAVY = ("ray", "polyaxon", "kubernetes")
 
 

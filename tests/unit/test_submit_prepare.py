@@ -178,11 +178,26 @@ def test_an_existing_run_is_reconciled_or_refused(no_io):
     again = prepare(run="dup-1", existing=first.record)
     assert again.existing == first.record and again.reconcile_error is None
     assert again.submission_id == first.submission_id
-    changed = prepare(config(nodes=4), run="dup-1", existing=first.record)
-    assert isinstance(changed.reconcile_error, ConfigError)
-    assert "different recipe or split" in str(changed.reconcile_error)
+    with pytest.raises(ConfigError, match="already exists with a different request") as info:
+        prepare(config(nodes=4), run="dup-1", existing=first.record)
+    assert "nodes 2 != 4" in str(info.value) and "--resume-from dup-1" in str(info.value)
     with pytest.raises(ConfigError, match="already exists on another cluster"):
         prepare(target=SubmitTarget("address", "http://elsewhere:8265"), run="dup-1", existing=first.record)
+
+
+def test_a_different_request_under_an_existing_run_name_is_refused_naming_what_differs(no_io):
+    first = prepare(run="dup-2")
+    with pytest.raises(ConfigError) as info:
+        prepare(config(recipe="Qwen3.5-4B"), run="dup-2", existing=first.record)
+    assert "recipe Qwen3-4B != Qwen3.5-4B" in str(info.value) and "new --run name" in str(info.value)
+    with pytest.raises(ConfigError, match="mode direct != launcher"):
+        prepare(run="dup-2", mode="launcher", existing=first.record)
+    with pytest.raises(ConfigError, match="command line"):
+        prepare(run="dup-2", extra_args=["--lr", "1e-6"], existing=first.record)
+    with pytest.raises(ConfigError, match="image None != "):
+        prepare(config(image=IMAGE), run="dup-2", existing=first.record)
+    # whatever the state of its job (FAILED, STOPPED): the same request again is the run as it is
+    assert prepare(run="dup-2", existing={**first.record, "ray_version": "2.49.0"}).existing is not None
 
 
 def test_disaggregated_split_in_the_job(no_io):

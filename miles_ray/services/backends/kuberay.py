@@ -14,6 +14,7 @@ from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress, say
 from miles_ray.services import k8s_clusters
 from miles_ray.services.backends import kube_common as kc
+from miles_ray.services.backends.drift import refuse_drift
 from miles_ray.services.backends.idle import park_gate
 from miles_ray.services.backends.results import KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp, ParkResult
 
@@ -28,6 +29,16 @@ def refuse_kueue(rc: dict[str, Any]) -> None:
         raise Conflict(f"Kueue admits RayCluster {name} (queue {queue!r}) and owns its spec.suspend; miles-ray never "
                        "toggles it under Kueue", hint="'miles-ray down' frees its quota (storage and checkpoints are "
                                                       "kept); or deactivate its Workload with Kueue (spec.active: false)")
+
+
+def refuse_changed(cfg: MilesRayConfig, existing: dict, wanted: dict, prefix: str) -> None:
+    """Refuse (exit 2) an 'up' whose RayCluster differs from the live one, naming the fix (as the local backend
+    does: :func:`miles_ray.services.backends.drift.refuse_drift`)."""
+    diffs = drift(existing, wanted)
+    replicas = ((existing.get("spec") or {}).get("workerGroupSpecs") or [{}])[0].get("replicas")
+    nodes_differ = any(d.startswith("replicas") for d in diffs)
+    refuse_drift(f"{prefix} RayCluster {cfg.namespace}/{cfg.name}", diffs, live_nodes=replicas if nodes_differ else None,
+                 scale_to=cfg.nodes if nodes_differ else None, rest_differs=len(diffs) > int(nodes_differ))
 
 
 def drift(existing: dict, wanted: dict) -> list[str]:
@@ -52,6 +63,16 @@ def drift(existing: dict, wanted: dict) -> list[str]:
     wg = ws["workerGroupSpecs"][0]
     if eg.get("replicas") != wg["replicas"]:
         diffs.append(f"replicas {eg.get('replicas')} != {wg['replicas']}")
+
+    def gpus(group: dict) -> str | None:
+        try:
+            limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        return next((str(v) for k, v in (limits or {}).items() if k.endswith("/gpu")), None)
+
+    if gpus(eg) != gpus(wg):
+        diffs.append(f"GPUs per worker {gpus(eg)} != {gpus(wg)}")
     return diffs
 
 
@@ -77,18 +98,12 @@ class KubeRayBackend:
         report = kc.preflight(cfg, api, cfg.nodes, True, reconciling=existing is not None, rendered=rc)
         result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
                         warnings=objects.warnings)
-        if dry_run == "client":  # preflight only: nothing sent to the API server
-            result.update(dry_run="client", created=False, raycluster=rc)
-            return result
-        if dry_run == "server":
+        if dry_run:  # the server dry run ('client' is k8s_clusters.up's: nothing contacted)
             rays.create(rc, dry_run=True)
-            result.update(dry_run="server", created=False, raycluster=rc)
+            result.update(dry_run=dry_run, created=False, raycluster=rc)
             return result
         if existing is not None:
-            diffs = drift(existing, rc)
-            if diffs:
-                raise Conflict(f"RayCluster {cfg.namespace}/{cfg.name} already exists and differs: " + "; ".join(diffs),
-                               hint="'miles-ray scale' changes the size; 'miles-ray down' then 'up' changes the image")
+            refuse_changed(cfg, existing, rc, "the")
             say(progress, f"RayCluster {cfg.name} already exists with this spec; waiting for it")
             result.created = False
         else:
@@ -187,10 +202,18 @@ class KubeRayBackend:
 
     def down(self, cfg: MilesRayConfig) -> KubeDown:
         """Delete the RayCluster (first saving the runs on it); storage and checkpoints are never touched."""
-        saved = kc.save_runs(cfg)
+        recorded = state.read_json(state.kube_cluster_path(cfg.kube_context, cfg.namespace, cfg.name)) is not None
         name = kc.cluster_record(cfg)["raycluster"]
         out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=kc.STORAGE_KEPT)
-        kc.delete_raycluster(cfg, kc.client(cfg), name, out, wait=True, timeout=120, missing_ok=False)
+        if not recorded and cfg.kubeconfig is None and kube.missing_kubeconfig(None):
+            # nothing on this machine made it and there is no Kubernetes to look in (no kubeconfig at all; one
+            # named with --kubeconfig that does not exist stays an error): nothing to take down
+            out.update(kubernetes=False, already_down=True)
+            return out
+        saved = kc.save_runs(cfg)
+        kc.delete_raycluster(cfg, kc.client(cfg), name, out, wait=True, timeout=120, missing_ok=True)
         state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
+        if not out.deleted:
+            out.already_down = True
         out.saved_runs = saved
         return out

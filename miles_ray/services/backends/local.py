@@ -8,10 +8,11 @@ import time
 
 from miles_ray.adapters import local_ray, state
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.heads import LOCAL_SCHEME
 from miles_ray.core.progress import Progress, say
 from miles_ray.services import saved_runs
+from miles_ray.services.backends.drift import refuse_drift
 from miles_ray.services.backends.idle import idle_report, iso, park_gate
 from miles_ray.services.backends.results import (IdleReport, LocalDown, LocalResume, LocalScale, LocalStatus, LocalUp,
                                                  ParkedCluster, ParkResult, SavedRuns)
@@ -37,8 +38,18 @@ class LocalBackend:
         """Start the cluster and wait for every node (``dry_run``, ``wait``, ``ray_check`` are Kubernetes' only:
         :func:`miles_ray.services.clusters.up_backend` refuses a dry run here)."""
         # Local fake nodes advertise one CPU per GPU plus one spare (Miles's bundles are {GPU:1, CPU:1}).
-        return LocalUp(**local_ray.up(state.local_clusters_dir(), cfg.name, cfg.nodes, cfg.gpus_per_node,
-                                      cfg.gpus_per_node + 1, progress=progress, timeout=timeout, auth=cfg.ray_auth))
+        out = LocalUp(**local_ray.up(state.local_clusters_dir(), cfg.name, cfg.nodes, cfg.gpus_per_node,
+                                     cfg.gpus_per_node + 1, progress=progress, timeout=timeout, auth=cfg.ray_auth))
+        if out.already_running and not out.matches_request:  # the same request again changes nothing
+            diffs, nodes_differ = [], out.gpu_node_count != cfg.nodes
+            if nodes_differ:
+                diffs.append(f"{out.gpu_node_count} GPU node(s) running, --nodes {cfg.nodes}")
+            if out.gpus_per_node != cfg.gpus_per_node:
+                diffs.append(f"{out.gpus_per_node} GPUs per node running, --gpus-per-node {cfg.gpus_per_node}")
+            refuse_drift(f"local cluster {cfg.name!r}", diffs or ["its shape"], live_nodes=out.gpu_node_count,
+                         live_gpus=out.gpus_per_node, scale_to=cfg.nodes if nodes_differ else None,
+                         rest_differs=out.gpus_per_node != cfg.gpus_per_node)
+        return out
 
     def status(self, cfg: MilesRayConfig, *, with_ray: bool = False) -> LocalStatus | ParkedCluster:
         """The running cluster and since when it is idle, or what 'park' kept of it."""
@@ -100,8 +111,13 @@ class LocalBackend:
         if state.read_parked_local(cfg.name) is not None and not local_exists(cfg.name):
             state.remove_parked_local(cfg.name)  # parked: its processes are already gone
             return LocalDown(name=cfg.name, was_parked=True, saved_runs=SavedRuns(saved=[], not_saved={}))
+        if not local_exists(cfg.name):  # already down: nothing to stop, and that is what 'down' wants
+            return LocalDown(name=cfg.name, saved_runs=SavedRuns(saved=[], not_saved={}), already_down=True)
         saved = save_runs(cfg)
-        return LocalDown(**local_ray.down(state.local_clusters_dir(), cfg.name), saved_runs=saved)
+        try:
+            return LocalDown(**local_ray.down(state.local_clusters_dir(), cfg.name), saved_runs=saved)
+        except NotFound:  # its processes had stopped: only its state was left (now removed)
+            return LocalDown(name=cfg.name, saved_runs=saved, already_down=True)
 
 
 def save_runs(cfg: MilesRayConfig) -> SavedRuns:

@@ -16,6 +16,7 @@ from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress, say
 from miles_ray.services import k8s_clusters
 from miles_ray.services.backends import kube_common as kc
+from miles_ray.services.backends.drift import refuse_drift
 from miles_ray.services.backends.idle import iso, park_gate
 from miles_ray.services.backends.results import (DownCluster, KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp,
                                                  ParkedCluster, ParkResult, PolyaxonRunStatus, Preflight)
@@ -81,6 +82,28 @@ def _forget(cfg: MilesRayConfig, rec: dict[str, Any]) -> None:
     state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
 
 
+def _refuse_changed(cfg: MilesRayConfig, client, wanted: dict[str, Any]) -> None:
+    """'up' again of a cluster whose Polyaxon run is live: another size, GPUs per node or image is refused (exit 2)
+    naming the fix, as on the other backends (:func:`miles_ray.services.backends.drift.refuse_drift`)."""
+    rec = state.read_json(state.kube_cluster_path(cfg.kube_context, cfg.namespace, cfg.name))
+    if not rec or not rec.get("polyaxon_uuid") or rec.get("parked"):
+        return
+    try:
+        run = client.get_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"],
+                             with_conditions=False)
+    except NotFound:
+        return  # gone: 'up' creates it again
+    if run.get("status") in polyaxon_api.FINAL_STATUSES or run.get("deleting"):
+        return
+    live = ((run.get("meta_info") or {}).get("miles_ray")) or {}
+    differ = [k for k in ("nodes", "gpus_per_node", "image") if k in live and live[k] != wanted[k]]
+    diffs = [f"{k} {live[k]} != {wanted[k]}" for k in differ]
+    refuse_drift(f"the Polyaxon run {rec['polyaxon_uuid']} of cluster {cfg.name!r}", diffs,
+                 live_nodes=live.get("nodes") if "nodes" in differ else None,
+                 scale_to=wanted["nodes"] if "nodes" in differ else None,
+                 rest_differs=len(differ) > int("nodes" in differ))
+
+
 class PolyaxonBackend:
     name = "kubernetes"
     on_this_machine = False
@@ -125,6 +148,7 @@ class PolyaxonBackend:
             return result
         meta = {"miles_ray": {"recipe": plan.recipe, "recipe_hash": plan.recipe_hash, "nodes": plan.nodes,
                               "gpus_per_node": plan.gpus_per_node, "layout": plan.layout, "image": cfg.image}}
+        _refuse_changed(cfg, client, meta["miles_ray"])
         uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
                                        tags=op.get("tags"), meta=meta, known_connections=known)
         raycluster = f"plx-operation-{uuid}"

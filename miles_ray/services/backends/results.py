@@ -142,6 +142,7 @@ class LocalDown(Ordered):
     stopped_nodes: int = 0
     temp_dir: str | None = None
     saved_runs: SavedRuns
+    already_down: bool = False  # set only when there was nothing to stop
 
 
 # -- Kubernetes (KubeRay, Polyaxon) -----------------------------------------------------------------
@@ -370,6 +371,7 @@ class KubeDown(Ordered):
     deleted: bool = False
     pods_remaining: int = 0
     saved_runs: SavedRuns | None = None
+    already_down: bool = False  # set only when there was nothing to delete
 
 
 DownResult = Union[LocalDown, KubeDown, DownCluster]

@@ -19,13 +19,13 @@ from miles_ray.adapters.ray_head import kube_head_auth, local_token_path, open_h
 from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME, job_env
-from miles_ray.core.errors import ClusterError, ConfigError, Interrupted
+from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, PlanError
 from miles_ray.core.heads import parse_head
-from miles_ray.core.progress import Progress
+from miles_ray.core.progress import Progress, say
 from miles_ray.core.runs import (DryRunView, ExistingJob, ExistingRunRef, JobSubmitted, LauncherCommand,
                                  LauncherExec, LauncherJobCreated)
-from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, check_topology, prepare_submit,
-                                       validate_request)
+from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, ValidRequest, check_topology,
+                                       live_shape, prepare_submit, topology_fix, validate_request)
 from miles_ray.services.check_data import check_data as run_data_check
 from miles_ray.services.heads import recorded_head_auth, resolve_address
 from miles_ray.services.miles_version import check_image_miles
@@ -58,20 +58,38 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
     """Prepare the job of ``request`` (no I/O), then reach the head, check it against the plan, record the run
     and submit. ``address``/``backend``: which head (:func:`miles_ray.services.heads.resolve_address`).
 
+    ``request.shape_from_cluster`` (neither --nodes nor --gpus-per-node given): the split is planned for the live
+    cluster's GPU workers and GPUs per node (read from the head first; not in a client dry run).
+
     Direct mode reads the Miles commit in the image first (a probe on a GPU worker) and refuses a job whose
-    catalog mirrors another Miles unless ``allow_miles_drift`` (:mod:`miles_ray.core.miles_version`).
+    catalog mirrors another Miles unless ``allow_miles_drift`` (:mod:`miles_ray.core.miles_version`), and a
+    cluster without the trainer entry point (``miles_root``/train.py) on that node (exit 2, nothing recorded).
+    A run name submitted again with another request is refused (exit 2) before anything is contacted.
 
     ``dry_run``: ``client`` returns the prepared job (entrypoint, runtime env, submission id, run record, output
     dir) and contacts nothing; ``server`` also compares the head's live topology and Ray version with the plan.
     Neither writes a record or submits anything. A launcher to be run here (``LauncherExec``) has its run
     recorded: :func:`launcher_command` and :func:`exec_launcher` run it."""
-    valid = validate_request(cfg, request)  # bad input fails here, before anything is looked up
+    live_shape_applies = request.shape_from_cluster and dry_run != "client"
+    try:
+        valid = validate_request(cfg, request)  # bad input fails here, before anything is looked up
+    except PlanError:
+        if not live_shape_applies:  # the split may fit the live cluster's shape: planned again below
+            raise
+        valid = None
     miles_version.validate_asserted(request.miles_commit)
     mode = request.mode
     if allow_miles_drift and (request.rehearse or mode != "direct"):
         raise ConfigError("--allow-miles-drift applies to --mode direct: a rehearsal runs no Miles, and the launcher "
                           "is the image's own (exact by construction)", hint="drop --allow-miles-drift")
     chosen_backend, stored = resolve_address(cfg, address, backend)
+    # a head in a Kubernetes namespace is read through a port-forward: without a kubeconfig (a Polyaxon user's
+    # launcher job) the configured shape is planned and the launcher checks the head itself
+    reachable = parse_head(stored).namespace is None or not kube.missing_kubeconfig(cfg.kubeconfig)
+    if live_shape_applies and reachable:
+        cfg, valid = _plan_for_live_shape(cfg, request, stored, progress) or (cfg, valid)
+    if valid is None:
+        valid = validate_request(cfg, request)
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored),
                           head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None)
     run = request.run
@@ -116,6 +134,26 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
         raise Interrupted(f"interrupted while submitting run {job.run}; no new run record was kept",
                           hint="run the same 'miles-ray submit --run NAME' again: it finds the job if Ray had "
                                "accepted it, or submits it once (the job id is derived from the run name)") from None
+
+
+def _plan_for_live_shape(cfg: MilesRayConfig, request: SubmitRequest, stored: str,
+                         progress: Progress) -> tuple[MilesRayConfig, ValidRequest] | None:
+    """Neither --nodes nor --gpus-per-node given: the config with the live cluster's GPU workers and GPUs per
+    node, and the request validated for it (None: the head has no GPU worker to take a shape from)."""
+    with open_head(stored, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
+        shape = live_shape(ray_jobs.cluster_topology(url))
+    if shape is None:
+        return None
+    nodes, gpus = shape
+    say(progress, f"notice: planning for the live cluster, {nodes} GPU node(s) x {gpus} GPUs (no --nodes or "
+                  "--gpus-per-node given)")
+    live = cfg.model_copy(update={"nodes": nodes, "gpus_per_node": gpus})
+    try:
+        return live, validate_request(live, request)
+    except PlanError as e:
+        raise PlanError(f"{e.message} (planned for the live cluster: no --nodes or --gpus-per-node given)",
+                        violations=e.violations,
+                        hint=f"'miles-ray recipes --fits {nodes}x{gpus}' lists the recipes it can run") from None
 
 
 def _launcher_head_auth(cfg: MilesRayConfig, address: str) -> tuple[str, str | None]:
@@ -182,12 +220,16 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
         problems = check_topology(topology, job.plan)
     if problems:
         raise ClusterError(f"the cluster at {url} does not fit the plan: " + "; ".join(problems),
-                           hint="add GPU workers ('miles-ray scale'), wait for them (--wait-for-nodes), "
-                                "or plan for what is there")
+                           hint=topology_fix(topology, job.plan))
     version = None
     if job.kind == "ray-job" and job.record["mode"] == "direct":
-        version, _ = check_image_miles(cfg, url, payload_python(job.address), asserted=job.record.get("miles_commit"),
-                                       allow_drift=allow_miles_drift, progress=progress)
+        version, answer = check_image_miles(cfg, url, payload_python(job.address),
+                                            asserted=job.record.get("miles_commit"), allow_drift=allow_miles_drift,
+                                            progress=progress)
+        if answer.entry_exists is False:  # the job would fail at once: refuse before anything is recorded
+            raise ConfigError(f"direct mode runs {answer.entry}, which is not on the cluster ({answer.where}: no such "
+                              "file)", hint="set miles_root to the Miles checkout in the image (the Miles image has "
+                                            "/root/miles), or use the image that has it")
         job = replace(job, record={**job.record, "miles_commit": version.image, "miles_version": version.record()})
     if job.check_data:
         report = run_data_check(cfg, url, job.recipe, job.resume, python=payload_python(job.address),
