@@ -39,6 +39,10 @@ class RunBackend(Protocol):
     def logs(self, follow: bool, on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
         """The job's logs, in chunks as they come (followed until the job ends)."""
 
+    def head_lost(self) -> dict[str, Any] | None:
+        """The run's current attempt (from its record's ``attempts``) if its job was lost with the Ray head it
+        started on, else None."""
+
     def stop(self, wait_timeout: float | None = 60) -> Stopped:
         """Stop the job (waiting up to ``wait_timeout`` seconds for it to end, where the backend can)."""
 

@@ -74,6 +74,15 @@ class RayJob:
             return None
         return self._mark_lost(why, now)
 
+    def head_lost(self) -> dict[str, Any] | None:
+        """The run's current attempt if its job was lost with its head (compared with the head serving now;
+        marked so in the record), else None. Unreachable is not lost, except for a local head whose process died."""
+        try:
+            with self._head() as url:
+                return self.lost_on(url, job_or_none(url, self.record["submission_id"]))
+        except ClusterError:
+            return self._lost_when_unreachable()
+
     def refuse_if_running(self, url: str, info: JobInfo | None) -> None:
         """Before another attempt of the run: its job (``info``, as the head serving ``url`` has it) must not be
         running on a node ALIVE there (``Conflict`` if it is: a second driver would run beside it)."""
