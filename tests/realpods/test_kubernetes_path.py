@@ -481,14 +481,20 @@ def test_a_job_lost_with_its_head_pod_is_failed_and_its_resubmit_starts_attempt_
     seen_by_ray = _head_api(live, f"/api/jobs/{first['submission_id']}")
     real_pods.figures["lost_job_state_on_new_head"] = seen_by_ray[1].get("status") if seen_by_ray else None
 
+    tries: list[str] = []
+
     def lost() -> dict | None:
-        code, out, _ = live.mr("status", "lostjob", "-o", "json")
+        t0 = time.monotonic()
+        code, out, err = live.mr("status", "lostjob", "-o", "json")
+        tries.append(f"+{t0 - t_answer:.1f}s ({time.monotonic() - t0:.1f}s): exit {code} "
+                     f"{(json.loads(out).get('status') if out.strip() else err.strip().splitlines()[-1:])}")
         return json.loads(out) if code == 3 else None
 
-    st = poll("status to say the job was lost with its head", lost, 60)
+    st = poll("status to say the job was lost with its head", lost, 60, explain=lambda: "\n".join(tries))
     real_pods.figures["new_head_answering_to_status_lost_s"] = round(time.monotonic() - t_answer, 1)
     real_pods.figures["head_deleted_to_status_lost_s"] = round(time.monotonic() - t, 1)
-    assert time.monotonic() - t_answer <= 10 + 5, real_pods.figures  # 10 s, plus one status run's own start-up
+    real_pods.figures["status_runs_after_new_head"] = tries
+    assert time.monotonic() - t_answer <= 10, tries
     assert st["status"] == "FAILED" and st["message"].startswith("head lost at "), st
     assert f"head pod {NS}/{head.metadata.name} (uid {head.metadata.uid}" in st["message"], st["message"]
     assert st["head_lost"]["head"]["pod_uid"] == head.metadata.uid

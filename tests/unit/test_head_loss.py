@@ -83,7 +83,7 @@ def head_now(monkeypatch, tmp_path):
     """The head serving now: NEW, with the given job info (None: it has no such job)."""
     monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(ray_job, "serving_pod", lambda url: {"pod": NEW["pod"], "pod_uid": NEW["pod_uid"]})
-    monkeypatch.setattr(ray_jobs, "head_node", lambda url: {"node_id": NEW["node_id"], "started_ms": 1,
+    monkeypatch.setattr(ray_jobs, "head_node", lambda url, timeout=5: {"node_id": NEW["node_id"], "started_ms": 1,
                                                            "alive": [NEW["node_id"], "w" * 56]})
     jobs = {}
 
@@ -135,9 +135,23 @@ def test_an_ended_job_or_one_running_on_a_live_node_is_not_lost(head_now, info, 
 def test_the_same_head_and_a_record_without_one_are_as_before(head_now, monkeypatch):
     head_now["miles-ray-q4-r-1"] = _running(OLD["node_id"])
     monkeypatch.setattr(ray_job, "serving_pod", lambda url: {"pod": OLD["pod"], "pod_uid": OLD["pod_uid"]})
-    monkeypatch.setattr(ray_jobs, "head_node", lambda url: {"node_id": OLD["node_id"], "alive": [OLD["node_id"]]})
+    monkeypatch.setattr(ray_jobs, "head_node", lambda url, timeout=5: {"node_id": OLD["node_id"], "alive": [OLD["node_id"]]})
     state.save_record(_record())
     assert RayJob(state.load_record("r-1"), url=URL).state().status == "RUNNING"
     old = {k: v for k, v in _record().items() if k not in ("head", "attempts")}
     assert RayJob(old, url=URL).state().status == "RUNNING"
     assert RayJob(old, url=URL).state().to_json().get("head_lost") is None
+
+
+def test_another_head_pod_is_enough_when_rays_state_api_does_not_answer_yet(head_now, monkeypatch):
+    """The job's driver ran in the head pod that is gone: lost, without waiting for the new head's node list."""
+    from miles_ray.core.errors import Unreachable
+
+    def not_yet(url, timeout=5):
+        raise Unreachable("state API not up yet")
+
+    monkeypatch.setattr(ray_jobs, "head_node", not_yet)
+    head_now["miles-ray-q4-r-1"] = _running(OLD["node_id"])
+    state.save_record(_record())
+    st = RayJob(state.load_record("r-1"), url=URL).state()
+    assert st.status == "FAILED" and "the head now is head pod ml/q4-head-y (uid uid-new" in st.message

@@ -67,11 +67,23 @@ class RayJob:
             saved = saved_runs.saved_status(rec)
             if saved is not None and saved.status in ENDED:
                 return None
-        ray_head = ray_jobs.head_node(url)
-        now = head_identity(ray_head["node_id"], serving_pod(url))
-        why = head_change(recorded, now)
-        if why is None or (info is not None and info.driver_node_id in ray_head["alive"]):
-            return None
+        pod = serving_pod(url)
+        if pod and recorded.get("pod_uid") and pod.get("pod_uid") != recorded["pod_uid"] and (
+                info is None or info.driver_node_id in (None, recorded.get("node_id"))):
+            # another head pod, and the job's driver ran in the one that is gone: lost, whatever Ray's job table
+            # (kept by GCS fault tolerance) still says. Ray's new head node id is said if its state API answers.
+            try:
+                node_id = ray_jobs.head_node(url, timeout=3)["node_id"]
+            except ClusterError:
+                node_id = None
+            now = head_identity(node_id, pod)
+            why = head_change(recorded, now)
+        else:
+            ray_head = ray_jobs.head_node(url)
+            now = head_identity(ray_head["node_id"], pod)
+            why = head_change(recorded, now)
+            if why is None or (info is not None and info.driver_node_id in ray_head["alive"]):
+                return None
         return self._mark_lost(why, now)
 
     def head_lost(self) -> dict[str, Any] | None:
