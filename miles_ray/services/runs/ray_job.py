@@ -73,7 +73,7 @@ class RayJob:
             # another head pod, and the job's driver ran in the one that is gone: lost, whatever Ray's job table
             # (kept by GCS fault tolerance) still says. Ray's new head node id is said if its state API answers.
             try:
-                node_id = ray_jobs.head_node(url, timeout=3)["node_id"]
+                node_id = ray_jobs.head_node(url, timeout=2)["node_id"]
             except ClusterError:
                 node_id = None
             now = head_identity(node_id, pod)
