@@ -502,7 +502,7 @@ def test_a_job_lost_with_its_head_pod_is_failed_and_its_resubmit_starts_attempt_
     real_pods.figures["head_deleted_to_status_lost_s"] = round(time.monotonic() - t, 1)
     real_pods.figures["status_runs_after_new_head"] = tries
     # the first status run started after the new head answered says it (no window where it says RUNNING), and
-    # it ends within 10 s of the head answering beyond what any status run costs on this machine
+    # it ends within 10 s of the head answering beyond what a status run costs on this (shared, 2-core) machine
     assert len(tries) == 1 and time.monotonic() - t_answer <= 10 + baseline, (tries, baseline)
     assert st["status"] == "FAILED" and st["message"].startswith("head lost at "), st
     assert f"head pod {NS}/{head.metadata.name} (uid {head.metadata.uid}" in st["message"], st["message"]
@@ -516,7 +516,8 @@ def test_a_job_lost_with_its_head_pod_is_failed_and_its_resubmit_starts_attempt_
     assert code == 3 and "head lost at" in err and "Traceback" not in err, err[-2000:]
 
     # submit of the same run: attempt 2, a new submission id, resuming from the run's checkpoint dir
-    again = _json(live.mr(*submit))
+    # (the GPU workers rejoin the new head a little later: --wait-for-nodes waits for them)
+    again = _json(live.mr(*submit, "--wait-for-nodes"))
     real_pods.figures["head_deleted_to_attempt_2_submitted_s"] = round(time.monotonic() - t, 1)
     assert again["created"] is True and again["submission_id"] == first["submission_id"] + "-a2", again
     assert f"--load {record['checkpoint_dir']}" in again["entrypoint"], again["entrypoint"]
