@@ -76,6 +76,13 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
                           head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None)
     run = request.run
     existing = state.read_json(state.record_path(run)) if run and RUN_NAME.fullmatch(run) else None
+    recorded = existing
+    # the run's cluster, its head now at another address (a local cluster started again on another port): the same
+    # cluster if its head is not the one the run's job started on (then the job was lost: its next attempt)
+    moved = bool(existing and existing.get("head") and existing.get("address") != stored
+                 and existing.get("cluster") == cfg.name and existing.get("backend") == chosen_backend)
+    if moved:
+        existing = {**existing, "address": stored}
     job = prepare_submit(cfg, valid, target, created=_now(), launchers_dir=str(launchers_dir()), existing=existing,
                          resume=_find_resume(request.resume_from) if request.resume_from else None,
                          environ=os.environ)
@@ -110,9 +117,12 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
                 return view
         with open_head(job.address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
             if job.existing is not None and job.kind == "ray-job" and job.reconcile_error is None:
-                prior = RayJob(job.existing, url=url)
+                prior = RayJob(recorded or job.existing, url=url)
                 info = job_or_none(url, job.existing["submission_id"])
                 lost = prior.lost_on(url, info)
+                if lost is None and moved:
+                    raise ConfigError(f"run {run!r} already exists on another cluster ({recorded['address']})",
+                                      hint="pick another --run name")
                 if lost is not None:  # the same run, its job lost with its head: its next attempt
                     prior.refuse_if_running(url, info)  # never two drivers
                     job = _next_attempt(cfg, valid, target, job, lost)
