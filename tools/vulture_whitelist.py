@@ -136,6 +136,7 @@ _.root_exists
 _.scale_seconds
 _.seconds_start
 _.seconds_total
+_.serving_head
 _.stopped_nodes
 _.stopped_uuid
 _.storage

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DOC = REPO / "docs" / "walkthrough.md"
 START, END = "<!-- embedded-transcript:start -->", "<!-- embedded-transcript:end -->"
-SUBMIT = "--miles-commit abc123 --model-revision m1 --dataset-revision d1"
+SUBMIT = "--miles-commit abc123 --allow-miles-drift --model-revision m1 --dataset-revision d1"
 # The section's commands, in order ({host} is the Polyaxon server's address). tests/unit/test_docs_commands.py
 # checks that the doc shows exactly these.
 COMMANDS = [
@@ -42,7 +42,7 @@ COMMANDS = [
     "miles-ray down --backend local --name wt -y",
 ]
 # lines of a run's own output left out of the transcript (the stand-in's metric lines, Ray's INFO lines)
-ELIDED = re.compile(r"rollout\.py:\d+ - (rollout|step|perf)|train\.py:\d+|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+INFO|"
+ELIDED = re.compile(r"rollout\.py:\d+ - (rollout|step|perf)|train\.py:\d+|^REHEARSAL_RESULT |^Running entrypoint|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+INFO|"
                     r"^\(\w+ pid=|Job '.*' (submitted|succeeded)|^-{10,}|^Job submission|^Next steps|^  Query|^    ray job|"
                     r"^  Request|^Tailing logs")
 
@@ -60,9 +60,9 @@ def transcript(workdir: Path, host: str) -> str:
     out: list[str] = []
     for command in COMMANDS:
         argv = command.format(host=host).split()
-        proc = subprocess.run([str(exe), *argv[1:]], cwd=workdir, env=env, capture_output=True, text=True,
-                              timeout=900)
-        text = (proc.stderr + proc.stdout) if argv[1] != "submit" else (proc.stdout + proc.stderr)
+        proc = subprocess.run([str(exe), *argv[1:]], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=900)  # as a terminal shows them
+        text = proc.stdout
         lines, elided = [], False
         for line in text.splitlines():
             if ELIDED.search(line):

@@ -77,6 +77,41 @@ def kube_head_auth(address: str | HeadAddress, *, kube_context: str | None = Non
     return kube.head_auth_ref(kube.running_head_pod(api, head.namespace or "", head.name or ""))
 
 
+# the head pod each open port-forward reaches (its URL -> pod name and UID): who is serving, for run records
+_SERVING: dict[str, dict[str, str]] = {}
+
+
+def serving_pod(url: str) -> dict[str, str] | None:
+    """The head pod (``pod``: NAMESPACE/NAME, ``pod_uid``) that ``url``, a port-forward :func:`open_head` holds
+    open, reaches; None for a head that is not a Kubernetes pod reached that way."""
+    return _SERVING.get(url)
+
+
+def local_head_gone(address: str) -> str | None:
+    """Why the head of the local cluster at ``address`` (``local://NAME`` or its dashboard URL) is known to be
+    gone: its recorded head process is no longer running. None when it runs, or no local cluster of this machine
+    is at ``address`` (then nothing is known)."""
+    head = parse_head(address)
+    if head.kind == "local":
+        found = local_ray.read_state(state.local_clusters_dir(), head.name or "")
+    elif head.on_this_machine:
+        directory = state.local_clusters_dir()
+        found = None
+        for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+            try:
+                st = local_ray.read_state(directory, path.stem)
+            except ClusterError:
+                continue
+            if st and st.get("dashboard_url") == address.rstrip("/"):
+                found = st
+    else:
+        return None
+    proc = (found or {}).get("head")
+    if not proc or local_ray.leader_alive(proc):
+        return None
+    return f"the head process (pid {proc.get('pid')}) of local cluster {found.get('name')} is not running"
+
+
 @contextmanager
 def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
               kubeconfig: str | None = None) -> Iterator[str]:
@@ -105,6 +140,7 @@ def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
             raise Unreachable(f"the Ray head of RayCluster {namespace}/{name} (pod {namespace}/{pod}) does not "
                               f"answer through a port-forward to its port {DASHBOARD_PORT} ({e.message})",
                               hint="'miles-ray status' shows the pods; 'miles-ray doctor' says why") from None
+        _SERVING[url] = {"pod": f"{namespace}/{pod}", "pod_uid": str(head_pod.metadata.uid or "")}
         try:
             yield url
         except Unreachable as e:
@@ -113,3 +149,5 @@ def open_head(address: str | HeadAddress, *, kube_context: str | None = None,
             # the forward's local URL means nothing to the user: name the head it reached, and its pod
             raise Unreachable(e.message.replace(url, f"k8s://{namespace}/{name} (pod {namespace}/{pod})"),
                               hint=e.hint) from None
+        finally:
+            _SERVING.pop(url, None)

@@ -59,13 +59,84 @@ class RunRecord(BaseModel):
     # the Polyaxon API host the job was created on (status/logs/stop reach it there again); kept in the record of
     # a launcher job only (the prepared record leaves it out: see RECORDED_ON_CREATION)
     polyaxon_host: str | None = None
+    # the head the current attempt's job started on (see head_identity) and the run's attempts, oldest first (see
+    # new_attempt): kept in the record of a created job only
+    head: dict[str, Any] | None = None
+    attempts: list[dict[str, Any]] | None = None
 
     def split_key(self) -> dict[str, Any]:
         return split_key(self.split)
 
 
 # fields a prepared record (dry runs print it) leaves out: set when the job is created
-RECORDED_ON_CREATION = frozenset({"polyaxon_host"})
+RECORDED_ON_CREATION = frozenset({"polyaxon_host", "head", "attempts"})
+
+ENDED = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+
+# -- the head a run's job started on, and its attempts --------------------------------------------------------
+
+def head_identity(node_id: str | None, pod: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The identity of a Ray head: Ray's head node id and, on Kubernetes, its pod (``pod``: NAMESPACE/NAME and
+    ``pod_uid``). A head restarted (a new pod, or Ray started again in it) has another."""
+    out: dict[str, Any] = {"node_id": node_id}
+    if pod:
+        out.update(pod=pod.get("pod"), pod_uid=pod.get("pod_uid"))
+    return out
+
+
+def describe_head(head: Mapping[str, Any]) -> str:
+    node = f"Ray head node {str(head.get('node_id') or '?')[:16]}"
+    return f"head pod {head['pod']} (uid {head.get('pod_uid')}, {node})" if head.get("pod") else node
+
+
+def head_change(recorded: Mapping[str, Any] | None, now: Mapping[str, Any]) -> str | None:
+    """Why the head serving now (``now``) is not the one a job started on (``recorded``), or None (the same, or
+    nothing recorded to compare: a record older than head identities)."""
+    if not recorded:
+        return None
+    if recorded.get("pod_uid") and now.get("pod_uid") and recorded["pod_uid"] != now["pod_uid"]:
+        return f"{describe_head(recorded)} is gone; the head now is {describe_head(now)}"
+    if recorded.get("node_id") and recorded["node_id"] != now.get("node_id"):
+        return f"{describe_head(recorded)} is gone; the head now is {describe_head(now)}" if now.get("node_id") \
+            else f"{describe_head(recorded)} is gone; no head is ALIVE now"
+    return None
+
+
+def current_attempt(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    attempts = record.get("attempts") or []
+    return attempts[-1] if attempts else None
+
+
+def lost_attempt(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The run's current attempt if its job was lost with its head (see :func:`mark_lost`), else None."""
+    attempt = current_attempt(record)
+    return attempt if attempt and attempt.get("lost") else None
+
+
+def mark_lost(record: Mapping[str, Any], at: str, why: str, now: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The record with its current attempt ended FAILED: its job was lost with the head it ran on (at ``at``,
+    when that was found; ``now``: the head serving then, if any)."""
+    attempts = [dict(a) for a in record.get("attempts") or []] or [
+        {"attempt": 1, "submission_id": record["submission_id"], "started": record.get("created"),
+         "head": record.get("head")}]
+    attempts[-1].update(ended=at, status="FAILED", reason=f"head lost at {at}: {why}", lost=True,
+                        serving_head=dict(now) if now else None)
+    return {**record, "attempts": attempts}
+
+
+def new_attempt(previous: Mapping[str, Any] | None, submission_id: str, started: str, head: Mapping[str, Any],
+                resumed_from: str | None) -> list[dict[str, Any]]:
+    """The attempts of a run once a new one started (``previous``: the run's record before, None for a new run):
+    its number, submission id, start, head and the checkpoint dir it loads from."""
+    before = list((previous or {}).get("attempts") or [])
+    return [*before, {"attempt": len(before) + 1, "submission_id": submission_id, "started": started,
+                      "head": dict(head), "resumed_from": resumed_from}]
+
+
+def attempt_submission_id(base: str, attempt: int) -> str:
+    """The Ray submission id of a run's attempt: the run's own for the first, ``<it>-a<N>`` for attempt N."""
+    return base if attempt <= 1 else f"{base}-a{attempt}"
 
 
 def split_key(split: dict[str, Any]) -> dict[str, Any]:
@@ -184,6 +255,7 @@ class JobInfo(Result):
     driver_exit_code: int | None = None
     runtime_env: dict[str, Any] | None = None
     submission_id: str | None = None  # in a saved copy
+    driver_node_id: str | None = None  # the Ray node its driver runs on (not shown: status compares heads with it)
     saved_copy: SavedCopySource | None = None  # read from the saved copy: where and when it was saved
 
     @classmethod
@@ -213,15 +285,39 @@ class RunStatus(Result):
     output_dir: str
     recipe: str
     mode: str
+    head_lost: "HeadLost | None" = None  # the job was lost with the head it ran on
 
     @classmethod
     def of_job(cls, record: Mapping[str, Any], info: JobInfo) -> "RunStatus":
         """A Ray job's status: the job info between the record's identity and its facts."""
-        job = info.model_dump(exclude_unset=True, exclude={"runtime_env", "submission_id"})
+        job = info.model_dump(exclude_unset=True, exclude={"runtime_env", "submission_id", "driver_node_id"})
         if info.saved_copy is not None:
             job["saved_copy"] = info.saved_copy
         return cls(run=record["run"], submission_id=record["submission_id"], address=record["address"], **job,
                    output_dir=record["output_dir"], recipe=record["recipe"], mode=record["mode"])
+
+    @classmethod
+    def of_lost(cls, record: Mapping[str, Any], attempt: Mapping[str, Any]) -> "RunStatus":
+        """A job lost with its head (``attempt``: the record's attempt :func:`mark_lost` ended): FAILED, why."""
+        return cls(run=record["run"], submission_id=attempt.get("submission_id") or record["submission_id"],
+                   address=record["address"], status="FAILED", message=attempt.get("reason"),
+                   output_dir=record["output_dir"], recipe=record["recipe"], mode=record["mode"],
+                   head_lost=HeadLost(attempt=attempt.get("attempt") or 1, at=attempt.get("ended") or "",
+                                      reason=attempt.get("reason") or "", head=attempt.get("head"),
+                                      serving_head=attempt.get("serving_head")))
+
+
+class HeadLost(Result):
+    """A job lost with its head: when that was found, why, the head it ran on, the head serving then."""
+
+    attempt: int
+    at: str
+    reason: str
+    head: dict[str, Any] | None
+    serving_head: dict[str, Any] | None
+
+
+RunStatus.model_rebuild()
 
 
 class Stopped(Result):

@@ -32,7 +32,8 @@ from miles_ray.core.images import ImageRef, check_image
 from miles_ray.core.planner import Plan
 from miles_ray.core.prepare import require_feasible, resolve_plan
 from miles_ray.core.recipes import Recipe
-from miles_ray.core.runs import RECORDED_ON_CREATION, SCHEMA, ResumeTarget, RunRecord, resume_differences, resume_target, run_id_of
+from miles_ray.core.runs import (RECORDED_ON_CREATION, SCHEMA, ResumeTarget, RunRecord, attempt_submission_id,
+                                 head_identity, new_attempt, resume_differences, resume_target, run_id_of)
 from miles_ray.core.secrets import HINT as SECRET_HINT
 from miles_ray.core.secrets import secret_name, secret_value
 
@@ -214,6 +215,16 @@ class SubmitJob:
     existing: dict[str, Any] | None = None
     reconcile_error: ConfigError | None = None
     warnings: tuple[str, ...] = ()
+    attempt: int = 1  # the run's attempt this job is (2, 3...: its job was lost with its head, see new_attempt)
+    replaces: dict[str, Any] | None = None  # a new attempt: the run's record before it (put back if Ray refuses)
+
+    def with_head(self, node_id: str | None, pod: Mapping[str, str] | None, started: str) -> "SubmitJob":
+        """The job with the head it is submitted to in its record (``head``) and its attempt in ``attempts``: what
+        the run verbs compare with the head serving later (a job whose head is gone is lost)."""
+        head = head_identity(node_id, pod)
+        attempts = new_attempt(self.replaces, self.submission_id, started, head, self.record.get("load_dir")
+                               if self.resume else None)
+        return replace(self, record={**self.record, "head": head, "attempts": attempts})
 
     def with_head_auth(self, mode: str, secret: str | None) -> "SubmitJob":
         """The launcher job with the head's own Ray auth (read from its head pod): the token by reference to the
@@ -234,21 +245,27 @@ class SubmitJob:
 
 def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarget, *, created: str,
                    launchers_dir: str, existing: dict[str, Any] | None = None,
-                   resume: dict[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> SubmitJob:
+                   resume: dict[str, Any] | None = None, environ: Mapping[str, str] | None = None,
+                   replaces: dict[str, Any] | None = None) -> SubmitJob:
     """The complete job for ``valid`` on ``target``.
 
     ``created``: the submit time (ISO, UTC; names an unnamed run). ``launchers_dir``: the payload directory
     shipped with a rehearsal. ``existing``: the record already stored under the run's name, if any. ``resume``:
     the record of the run named by --resume-from (its output dir and checkpoints are reused). ``environ``: the
     environment submit runs in; a direct-mode job takes MASTER_ADDR, the NCCL/GLOO settings and PYTHONPATH from
-    it as the upstream launcher does from its own (:func:`miles_ray.core.entrypoint.direct_job_env`)."""
+    it as the upstream launcher does from its own (:func:`miles_ray.core.entrypoint.direct_job_env`).
+    ``replaces``: the record of this same run whose job was lost with its head: the job is its next attempt
+    (submission id ``<run's>-a<N>``; it keeps the run's creation time)."""
     request, recipe, plan, image = valid.request, valid.recipe, valid.plan, valid.image
     head = parse_head(target.address)
     if request.mode == "launcher" and head.kind == "kubernetes" and image is None:
         raise ConfigError("--mode launcher on a Kubernetes cluster runs the launcher as a Polyaxon job in the Miles "
                           "image: an image is needed", hint="pass --image repo@sha256:<64 hex>")
     run = request.run or default_run_name(recipe, plan, created)
-    sid = submission_id(cfg.name, run)
+    attempt = len((replaces or {}).get("attempts") or [None]) + 1 if replaces is not None else 1
+    sid = attempt_submission_id(submission_id(cfg.name, run), attempt)
+    if replaces is not None:
+        created = replaces.get("created") or created
 
     reconcile_error = None
     if existing is not None and existing.get("address") != target.address:
@@ -338,7 +355,8 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
                      output_dir=output_dir, resumed_from=resumed_from, plan=plan, recipe=recipe,
                      check_data=check_data, resume=resuming,
                      wait_for_nodes=request.wait_for_nodes, timeout=request.timeout, launcher_argv=argv,
-                     operation=operation, existing=existing, reconcile_error=reconcile_error, warnings=warnings)
+                     operation=operation, existing=existing, reconcile_error=reconcile_error, warnings=warnings,
+                     attempt=attempt, replaces=replaces)
 
 
 # what a run's record keeps of its request, compared when the same run name is submitted again

@@ -37,7 +37,8 @@ from miles_ray.adapters.local_ray.nodes import (
     node_ip,
 )
 from miles_ray.adapters.local_ray.ports import PREFERRED_DASHBOARD_PORT
-from miles_ray.adapters.local_ray.processes import STOP_GRACE_SECONDS, pss_bytes, session_members, stop_sessions
+from miles_ray.adapters.local_ray.processes import (STOP_GRACE_SECONDS, leader_alive, pss_bytes, session_members,
+                                                    stop_sessions)
 from miles_ray.adapters.local_ray.state import failure_log_path, read_state, state_path, token_path
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "live_pids",
     "node_ip",
     "processes_of",
+    "leader_alive",
     "pss_bytes",
     "read_state",
     "scale",

@@ -29,11 +29,13 @@ from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, plain
 from miles_ray.core.progress import Progress
-from miles_ray.services.doctor.findings import PROBLEM, WARNING, DoctorReport, Finding, finding
+from miles_ray.core.runs import describe_head
+from miles_ray.services.doctor.findings import OK, PROBLEM, WARNING, DoctorReport, Finding, finding
 from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
 from miles_ray.services.doctor.ray_checks import (check_local_nodes, check_ray_version, data_findings, miles_findings,
                                                  resume_findings)
 from miles_ray.services.heads import dashboard_address, pick_backend
+from miles_ray.services.runs import backend_for
 
 __all__ = ["DoctorReport", "Finding", "doctor"]
 
@@ -93,6 +95,22 @@ def check_target(cfg: MilesRayConfig, target: str | None) -> None:
                               hint="'miles-ray runs' lists runs; cluster names are DNS-1035 labels") from None
 
 
+def _run_head(record: dict[str, Any], url: str | None, cfg: MilesRayConfig) -> Finding:
+    """doctor RUN: the head the run's job started on, against the head serving now (a job whose head is gone was
+    lost with it: FAILED, whatever Ray's job table still says)."""
+    run = record["run"]
+    lost = backend_for(record, url=url, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig).head_lost()
+    head = describe_head(record["head"])
+    if lost:
+        return finding("run_head", "resume", PROBLEM, f"the job of run {run} was lost with its head: "
+                       f"{lost.get('reason')}", [f"attempt {lost.get('attempt')}: {lost.get('submission_id')} "
+                                                 f"started {lost.get('started')} on {head}"],
+                       f"'miles-ray submit' of the same run starts attempt {(lost.get('attempt') or 1) + 1} from "
+                       "its checkpoints")
+    return finding("run_head", "resume", OK, f"run {run}'s job started on the head serving now ({head})"
+                   if url else f"run {run}'s job started on {head}; the head does not answer now", [])
+
+
 def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto", address: str | None = None,
            timeout: float = 60, progress: Progress = None) -> DoctorReport:
     """Diagnose a cluster (by name) or a run (by run name). Returns findings; never raises for a finding."""
@@ -135,6 +153,8 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
                                             "'miles-ray status' shows why; a recreated head needs its workers to "
                                             "rejoin"))
         findings += side.with_head(url, unreached)
+        if record and record.get("head"):
+            findings.append(_run_head(record, url, cfg))
         findings += resume
         findings += data_findings(cfg, url, head, record, resume_target, timeout, progress, unreached)
         findings += miles_findings(cfg, url, head, record, progress, unreached)

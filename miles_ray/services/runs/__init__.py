@@ -4,6 +4,13 @@ A run's job is served by one backend (:class:`RunBackend`): a Ray job on its hea
 ``submit --mode launcher`` on a Kubernetes head, a Polyaxon job (:mod:`.polyaxon_job`). :func:`backend_for` is
 the one place that decides which, from the run record; status, logs, stop and the run list ask it and never
 look at the kind of job themselves. Submitting is :mod:`.submit`.
+
+A run record keeps the head its job started on (Ray's head node id; on Kubernetes the head pod and its UID) and
+the run's ``attempts``. Whenever a verb reads a Ray job's state (status, logs, the run list, doctor RUN, submit of
+an existing run) it compares that head with the head serving now: a job whose head is gone (another pod, another
+Ray head node, a local head whose process died) and that runs on no ALIVE node was lost with it -- FAILED,
+"head lost at ...", kept in its attempt -- whatever Ray's job table (GCS fault tolerance keeps it) still says.
+Submit of such a run starts its next attempt (submission id ``<run's>-a<N>``), resuming from its checkpoints.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ class RunBackend(Protocol):
 
     def logs(self, follow: bool, on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
         """The job's logs, in chunks as they come (followed until the job ends)."""
+
+    def head_lost(self) -> dict[str, Any] | None:
+        """The run's current attempt (from its record's ``attempts``) if its job was lost with the Ray head it
+        started on, else None."""
 
     def stop(self, wait_timeout: float | None = 60) -> Stopped:
         """Stop the job (waiting up to ``wait_timeout`` seconds for it to end, where the backend can)."""

@@ -119,6 +119,10 @@ class PolyaxonJob:
                 return
             time.sleep(LOGS_POLL)
 
+    def head_lost(self) -> dict[str, Any] | None:
+        """A Polyaxon job is not tied to the Ray head it submits to: never lost with it (see RayJob.head_lost)."""
+        return None
+
     def stop(self, wait_timeout: float | None = 60) -> Stopped:
         """Ask Polyaxon to stop the job (its agent deletes the pod); the state right after asking."""
         rec = self.record

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, NoReturn, Union
 
 from miles_ray.adapters import kube, ray_auth, ray_jobs, state
-from miles_ray.adapters.ray_head import kube_head_auth, local_token_path, open_head
+from miles_ray.adapters.ray_head import kube_head_auth, local_token_path, open_head, serving_pod
 from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME, job_env
@@ -23,7 +23,7 @@ from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, PlanEr
 from miles_ray.core.heads import parse_head
 from miles_ray.core.progress import Progress, say
 from miles_ray.core.runs import (DryRunView, ExistingJob, ExistingRunRef, JobSubmitted, LauncherCommand,
-                                 LauncherExec, LauncherJobCreated)
+                                 LauncherExec, LauncherJobCreated, run_checkpoints)
 from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, ValidRequest, check_topology,
                                        live_shape, prepare_submit, topology_fix, validate_request)
 from miles_ray.services.check_data import check_data as run_data_check
@@ -32,7 +32,7 @@ from miles_ray.services.miles_version import check_image_miles
 from miles_ray.services.probes import launchers_dir, payload_python
 from miles_ray.services.runs import backend_for
 from miles_ray.services.runs.polyaxon_job import launcher_as_polyaxon_job
-from miles_ray.services.runs.ray_job import job_or_none
+from miles_ray.services.runs.ray_job import RayJob, job_or_none
 
 __all__ = ["SubmitResult", "dry_run_view", "exec_launcher", "launcher_as_polyaxon_job", "launcher_command", "submit"]
 
@@ -94,6 +94,13 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
                           head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None)
     run = request.run
     existing = state.read_json(state.record_path(run)) if run and RUN_NAME.fullmatch(run) else None
+    recorded = existing
+    # the run's cluster, its head now at another address (a local cluster started again on another port): the same
+    # cluster if its head is not the one the run's job started on (then the job was lost: its next attempt)
+    moved = bool(existing and existing.get("head") and existing.get("address") != stored
+                 and existing.get("cluster") == cfg.name and existing.get("backend") == chosen_backend)
+    if moved:
+        existing = {**existing, "address": stored}
     job = prepare_submit(cfg, valid, target, created=_now(), launchers_dir=str(launchers_dir()), existing=existing,
                          resume=_find_resume(request.resume_from) if request.resume_from else None,
                          environ=os.environ)
@@ -127,6 +134,16 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
                 view.topology = live
                 return view
         with open_head(job.address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
+            if job.existing is not None and job.kind == "ray-job" and job.reconcile_error is None:
+                prior = RayJob(recorded or job.existing, url=url)
+                info = job_or_none(url, job.existing["submission_id"])
+                lost = prior.lost_on(url, info)
+                if lost is None and moved:
+                    raise ConfigError(f"run {run!r} already exists on another cluster ({recorded['address']})",
+                                      hint="pick another --run name")
+                if lost is not None:  # the same run, its job lost with its head: its next attempt
+                    prior.refuse_if_running(url, info)  # never two drivers
+                    job = _next_attempt(cfg, valid, target, job, lost)
             result = _execute(cfg, job, url, progress, allow_miles_drift)
             result.warnings = list(job.warnings)
             return result
@@ -154,6 +171,33 @@ def _plan_for_live_shape(cfg: MilesRayConfig, request: SubmitRequest, stored: st
         raise PlanError(f"{e.message} (planned for the live cluster: no --nodes or --gpus-per-node given)",
                         violations=e.violations,
                         hint=f"'miles-ray recipes --fits {nodes}x{gpus}' lists the recipes it can run") from None
+
+
+def _next_attempt(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarget, job: SubmitJob,
+                  lost: dict[str, Any]) -> SubmitJob:
+    """The next attempt of ``job``'s run, whose job was lost with its head (``lost``: that attempt): a new
+    submission id, resuming from the run's checkpoints (direct mode; a rehearsal writes none and starts again).
+    Refused where that is not safe: a launcher (the upstream launcher decides where it loads from), or a job that
+    saves no checkpoints (it would start over in the same output dir)."""
+    prior = dict(job.existing or {})
+    run = prior["run"]
+    why = f"run {run}'s job was lost with its head ({lost.get('reason')})"
+    if prior.get("mode") == "launcher":
+        raise ConfigError(f"{why}; a launcher is not started again by itself (the upstream launcher decides where "
+                          "it loads checkpoints from)", hint=f"start a new run from its checkpoints: 'miles-ray "
+                                                             f"submit --run NEW-NAME --resume-from {run} ...'")
+    resume = None
+    if prior.get("mode") == "direct":
+        if not run_checkpoints(prior).save:
+            raise ConfigError(f"{why}; it saves no checkpoints, so a new attempt would start over in its output dir",
+                              hint="submit it under a new --run name to start over")
+        resume = prior
+    nxt = prepare_submit(cfg, valid, target, created=_now(), launchers_dir=str(launchers_dir()), resume=resume,
+                         environ=os.environ, replaces=prior)
+    return replace(nxt, warnings=(*nxt.warnings, f"run {run}: attempt {lost.get('attempt') or 1} was lost with its "
+                                                 f"head ({lost.get('reason')}); submitting attempt {nxt.attempt}"
+                                                 + (f", resuming from {nxt.resume.checkpoint_dir}" if nxt.resume
+                                                    else "")))
 
 
 def _launcher_head_auth(cfg: MilesRayConfig, address: str) -> tuple[str, str | None]:
@@ -214,6 +258,7 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
 
     topology = ray_jobs.cluster_topology(url)
     problems = check_topology(topology, job.plan)
+    started = _now()
     if problems and job.wait_for_nodes:
         topology = ray_jobs.wait_for_gpu_nodes(url, job.plan.ray.gpu_workers, job.plan.gpus_per_node, job.timeout,
                                                progress)
@@ -240,6 +285,7 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
                                + "; ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""),
                                hint="'miles-ray check-data' lists every missing path per node")
     job = job.with_head_ray_version(cfg, ray_jobs.ray_version(url))
+    job = job.with_head((topology.get("head") or {}).get("node_id"), serving_pod(url), started)
 
     if job.kind == "launcher-exec":  # the upstream launcher replaces this process: only its record is written here
         state.create_record(job.record)
