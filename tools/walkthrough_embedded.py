@@ -42,7 +42,7 @@ COMMANDS = [
     "miles-ray down --backend local --name wt -y",
 ]
 # lines of a run's own output left out of the transcript (the stand-in's metric lines, Ray's INFO lines)
-ELIDED = re.compile(r"rollout\.py:\d+ - (rollout|step|perf)|train\.py:\d+|^REHEARSAL_RESULT |^Running entrypoint|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+INFO|"
+ELIDED = re.compile(r"\.py:\d+ - (rollout|step|perf) \d+:|train\.py:\d+|^REHEARSAL_RESULT |^Running entrypoint|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+INFO|"
                     r"^\(\w+ pid=|Job '.*' (submitted|succeeded)|^-{10,}|^Job submission|^Next steps|^  Query|^    ray job|"
                     r"^  Request|^Tailing logs")
 
