@@ -99,10 +99,10 @@ def _rayclusters(ns: SimpleNamespace) -> list[dict]:
     return ns.crd.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"]
 
 
-def ray_alive_nodes(live: SimpleNamespace) -> list[dict] | None:
-    """Ray's ALIVE nodes as the head's own dashboard lists them (GET /api/v0/nodes through a port-forward to the
-    running head pod, with the token of KubeRay's Secret): read here, not through any miles-ray verb. None while
-    there is no running head or it does not answer."""
+def _head_api(live: SimpleNamespace, path: str) -> tuple[str, dict | list] | None:
+    """(the running head pod's UID, the JSON its dashboard answers ``GET path`` with), through a port-forward to
+    the pod with the token of KubeRay's Secret: read here, not through any miles-ray verb. None while there is no
+    running head or it does not answer."""
     import base64
     import urllib.request
 
@@ -115,12 +115,20 @@ def ray_alive_nodes(live: SimpleNamespace) -> list[dict] | None:
     token = base64.b64decode(live.core.read_namespaced_secret(NAME, NS).data["auth_token"]).decode()
     try:
         with port_forward(live.api, NS, heads[0].metadata.name, 8265) as url:
-            req = urllib.request.Request(url + "/api/v0/nodes?limit=1000", headers={"Authorization": f"Bearer {token}"})
+            req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
             with urllib.request.urlopen(req, timeout=10) as resp:
-                payload = json.loads(resp.read())
+                return heads[0].metadata.uid, json.loads(resp.read())
     except Exception:  # noqa: BLE001 -- a head that is starting or going away: not yet
         return None
-    rows = payload["data"]["result"]["result"]
+
+
+def ray_alive_nodes(live: SimpleNamespace) -> list[dict] | None:
+    """Ray's ALIVE nodes as the head's own dashboard lists them (GET /api/v0/nodes, read by :func:`_head_api`, not
+    through any miles-ray verb). None while there is no running head or it does not answer."""
+    answer = _head_api(live, "/api/v0/nodes?limit=1000")
+    if answer is None:
+        return None
+    rows = answer[1]["data"]["result"]["result"]
     return [n for n in rows if n["state"] == "ALIVE"]
 
 
@@ -428,29 +436,6 @@ def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: Re
     # the workers reconnect to the new head; Ray has both GPU workers again before the next test
     poll("Ray to see the head and both GPU worker pods of now", lambda: _ray_sees_the_pods(live), 300)
     real_pods.figures["head_deleted_to_workers_back_in_ray_s"] = round(time.monotonic() - t, 1)
-
-
-def _head_api(live: SimpleNamespace, path: str) -> tuple[str, dict | list] | None:
-    """(the running head pod's UID, the JSON its dashboard answers ``GET path`` with), through a port-forward to
-    the pod with the token of KubeRay's Secret: read here, not through any miles-ray verb. None while there is no
-    running head or it does not answer."""
-    import base64
-    import urllib.request
-
-    from miles_ray.adapters.kube import port_forward
-
-    heads = [p for p in live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items
-             if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
-    if not heads:
-        return None
-    token = base64.b64decode(live.core.read_namespaced_secret(NAME, NS).data["auth_token"]).decode()
-    try:
-        with port_forward(live.api, NS, heads[0].metadata.name, 8265) as url:
-            req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return heads[0].metadata.uid, json.loads(resp.read())
-    except Exception:  # noqa: BLE001 -- a head that is starting or going away: not yet
-        return None
 
 
 def test_a_job_lost_with_its_head_pod_is_failed_and_its_resubmit_starts_attempt_2(live: SimpleNamespace,
