@@ -210,7 +210,7 @@ ContextOpt = Annotated[Optional[str], typer.Option("--context", help="kubeconfig
 KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", help="kubeconfig file (like kubectl) [default: $KUBECONFIG or ~/.kube/config]", show_default=False)]
 # Run verbs (logs, stop, status RUN, runs, register, runs compare) find the namespace in the run's record;
 # there --namespace narrows which runs are meant, it never points a run at another cluster.
-RunNamespaceOpt = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Kubernetes namespace of the run's cluster: without RUN, the latest run in it; with RUN, checked against the run", show_default=False)]
+RunNamespaceOpt = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Kubernetes namespace of the run's cluster: only the runs on clusters in it (without RUN, the latest of them; with RUN, checked against the run)", show_default=False)]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="give up after this many seconds")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
 

@@ -3,20 +3,20 @@ module, cli/compare.py; cli/app.py puts both in the 'runs' group)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
-from miles_ray.cli.common import (Col, ContextOpt, KubeconfigOpt, TableOutput, TableOutputOpt, emit, fit_table, out,
-                                  print_table, table_output)
+
+from miles_ray.cli.common import Col, TableOutput, TableOutputOpt, emit, fit_table, out, print_table, table_output
+from miles_ray.cli.options import RunFlags, run_options
 from miles_ray.services.runs import list_runs
 
 
+@run_options
 def runs_cmd(
     ctx: typer.Context,
     live: Annotated[bool, typer.Option("--live/--no-live", help="ask each run's head for its job state")] = True,
-    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="only the runs on clusters in this Kubernetes namespace", show_default=False)] = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    target: RunFlags = RunFlags(),
     output: TableOutputOpt = TableOutput.table,
 ) -> None:
     """Run records: list them (the default), compare two.
@@ -27,7 +27,8 @@ def runs_cmd(
     if ctx.invoked_subcommand is not None:
         return
     output = table_output(output)
-    records = list_runs(namespace=namespace, live=live, kube_context=context, kubeconfig=kubeconfig)
+    namespace = target.namespace
+    records = list_runs(namespace=namespace, live=live, kube_context=target.context, kubeconfig=target.kubeconfig)
 
     def table() -> None:
         if not records:
