@@ -71,7 +71,7 @@ def test_up_via_polyaxon_creates_the_operation(px_env, cli, core_v1, namespace, 
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert code == 2 and len(lines) == 1 and "nodes 2 != 4" in lines[0], err
     assert "'miles-ray scale --nodes 4'" in lines[0] and "--nodes 2" in lines[0]
-    assert api.find_run_by_name("default", "miles-e2e", "px-two")["uuid"] == uuid
+    assert [r["uuid"] for r in api.runs_named("default", "miles-e2e", "px-two")] == [uuid]  # no second run
     # down twice: the second one finds it already down and exits 0 ('trap "miles-ray down -y" EXIT')
     down = ["down", "-y", "--backend", "kubernetes", "--namespace", namespace, "--name", "px-two", "-c", "px.yaml"]
     code, _, err = cli(*down)
