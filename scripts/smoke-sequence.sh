@@ -113,8 +113,8 @@ write_config >"${MILES_RAY_CONFIG}"
 UP=(up --via kuberay --image "${SMOKE_IMAGE}" --ray-version "${RAY_VERSION}")
 
 # ==== preflight ====================================================================================
-step "preflight (up --dry-run)"
-expect 1 "${WORKDIR}/preflight-too-many.json" mr "${UP[@]}" --nodes 4 --dry-run client -o json
+step "preflight (up --dry-run server: a client dry run contacts nothing)"
+expect 1 "${WORKDIR}/preflight-too-many.json" mr "${UP[@]}" --nodes 4 --dry-run server -o json
 grep -q "not enough GPU nodes" "${WORKDIR}/preflight-too-many.json.err" ||
     die "up --nodes 4 was refused, but not for want of GPU nodes: $(cat "${WORKDIR}/preflight-too-many.json.err")"
 log "ok: the preflight refuses 4 GPU nodes on a cluster with 2, nothing created"

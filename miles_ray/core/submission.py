@@ -364,6 +364,17 @@ _REQUEST_FIELDS = ("recipe", "recipe_hash", "mode", "image", "model_revision", "
                    "entrypoint")
 
 
+def _request_entrypoint(record: Mapping[str, Any]) -> Any:
+    """The entrypoint as a request: a rehearsal's ``--timeout`` (how long it waits for its placement, from submit's
+    --timeout) is how long to wait, not what to run, so re-running the same submit with another --timeout finds
+    the same run."""
+    entrypoint = record.get("entrypoint")
+    if record.get("mode") != "rehearse" or not isinstance(entrypoint, str):
+        return entrypoint
+    argv = shlex.split(entrypoint)
+    return [a for i, a in enumerate(argv) if a != "--timeout" and (i == 0 or argv[i - 1] != "--timeout")]
+
+
 def request_differences(existing: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
     """How the run ``record`` about to be made differs from the ``existing`` record of that run name, field by
     field (empty: the same request, a re-submit)."""
@@ -374,6 +385,8 @@ def request_differences(existing: Mapping[str, Any], record: Mapping[str, Any]) 
         if key == "entrypoint" and diffs:
             continue  # the entrypoint follows from the fields above
         old, new = existing.get(key), record.get(key)
+        if key == "entrypoint":
+            old, new = _request_entrypoint(existing), _request_entrypoint(record)
         if old != new:
             if key == "recipe_hash":
                 old, new = str(old)[:19], str(new)[:19]

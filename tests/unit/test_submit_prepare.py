@@ -200,6 +200,17 @@ def test_a_different_request_under_an_existing_run_name_is_refused_naming_what_d
     assert prepare(run="dup-2", existing={**first.record, "ray_version": "2.49.0"}).existing is not None
 
 
+def test_a_rehearsal_submitted_again_with_another_timeout_is_the_same_run(no_io):
+    """--timeout says how long the rehearsal waits for its placement, not what it runs: re-running the same
+    submit with or without it finds the run (the users' smoke sequence does this)."""
+    first = prepare(run="dup-3", rehearse=True, timeout=600)
+    assert "--timeout 600" in first.entrypoint
+    again = prepare(run="dup-3", rehearse=True, existing=first.record)
+    assert again.existing is not None and again.submission_id == first.submission_id
+    with pytest.raises(ConfigError, match="command line"):  # what it runs still counts
+        prepare(run="dup-3", rehearse=True, timeout=600, extra_args=["--debug-train-only"], existing=first.record)
+
+
 def test_disaggregated_split_in_the_job(no_io):
     job = prepare(config(nodes=3, layout="disaggregated", rollout_nodes=1), run="dis-1")
     args = shlex.split(job.entrypoint)
