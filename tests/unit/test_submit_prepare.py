@@ -211,6 +211,17 @@ def test_a_rehearsal_submitted_again_with_another_timeout_is_the_same_run(no_io)
         prepare(run="dup-3", rehearse=True, timeout=600, extra_args=["--debug-train-only"], existing=first.record)
 
 
+def test_a_later_attempt_is_the_same_request_as_the_run_it_continues(no_io):
+    """Attempt 2 of a run whose job was lost with its head resumes from the run's own checkpoints (resumed_from =
+    the run, --load in its command line); submitting the run again as the user first did finds it, not a change."""
+    first = prepare(run="att-1")
+    attempt2 = prepare(run="att-1", resume=first.record)
+    assert attempt2.record["resumed_from"] == "att-1" and "--load" in attempt2.entrypoint
+    assert prepare(run="att-1", existing=attempt2.record).existing is not None
+    with pytest.raises(ConfigError, match="nodes 2 != 4"):  # a different request still is one
+        prepare(config(nodes=4), run="att-1", existing=attempt2.record)
+
+
 def test_disaggregated_split_in_the_job(no_io):
     job = prepare(config(nodes=3, layout="disaggregated", rollout_nodes=1), run="dis-1")
     args = shlex.split(job.entrypoint)
