@@ -168,6 +168,7 @@ class SupervisedRun:
             _, attempts, final = self._events()
         except ConfigError:
             return "UNKNOWN"
+        self._sync(attempts)
         if final is not None:
             return str(final.get("status"))
         if (self.record.get("supervisor") or {}).get("stopped_at"):
