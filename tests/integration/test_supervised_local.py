@@ -194,8 +194,13 @@ def test_a_supervisor_killed_and_started_again_adopts_the_running_attempt(world,
     handle = LocalSupervisor(run, where)
     os.kill(where["pid"], signal.SIGKILL)
     poll("the supervisor to be gone", lambda: handle.alive() is False, 30)
-    spec = json.loads(handle.spec_path.read_text())
-    again = handle.start(spec)  # the same spec: as a restarted pod would
+    # submit of the same run (as after this machine rebooted) starts it again with the same spec: it adopts
+    code, out, err = cli(*submit_args(world, run, env={"MILESRAY_TEST_STEP_SECONDS": "0.6"}))
+    assert code == 0, err
+    resubmitted = json.loads(out)
+    assert resubmitted["created"] is False and "started it again" in resubmitted["warnings"][0]
+    again = json.loads(handle.spec_path.parent.joinpath("process.json").read_text())
+    assert again["pid"] != where["pid"] and handle.alive() is True
     rss = poll("the restarted supervisor to adopt the attempt", lambda: [
         e for e in handle.events() if e["event"] == "attempt_started" and e.get("adopted")] and _rss_mib(again["pid"]),
         60)
