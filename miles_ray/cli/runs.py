@@ -40,7 +40,7 @@ def runs_cmd(
         for r in records:
             split = r.get("split", {})
             attempts = r.get("attempts") or []
-            rows.append([r["run"], r.get("status", "-"), str(len(attempts) or 1) if r.get("status") else "-",
+            rows.append([r["run"], r.get("status", "-"), str(len(attempts)) if attempts else "-",
                          r["recipe"],
                          f"{split.get('nodes')}x{split.get('gpus_per_node')} {split.get('layout')}", r["mode"],
                          r["cluster"], r["created"], r["output_dir"]])

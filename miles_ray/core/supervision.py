@@ -273,6 +273,7 @@ def classify(status: str, message: str | None = None, logs: str | None = None, e
     if status == "STOPPED":
         return Verdict("stopped", "the job was stopped ('miles-ray stop' or 'ray job stop')")
     first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    first = re.sub(r",? last available logs.*$", "", first)  # Ray's message goes on with the logs' tail
     if lost:
         return Verdict("retryable", f"the Ray head (and the job's driver on it) was lost: {lost}")
     if exit_code in (137, -9):
