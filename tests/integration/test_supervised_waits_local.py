@@ -109,3 +109,15 @@ def test_a_retry_waits_for_the_gpu_worker_and_a_stop_while_waiting_stays_stopped
     sid = rec["submission_id"]
     assert [j["status"] for j in ray_jobs.list_jobs(lr.read_state(local, NAME)["dashboard_url"])
             if (j["job_id"] or "").startswith(sid)] == ["FAILED"]
+
+    # down of the cluster stops the supervisors of its runs: nothing could carry them on, and none may be left
+    # waiting for a head that is gone
+    crash.unlink()
+    _submit(cli, "down-run", crash)
+    poll("down-run to train a step", lambda: "step " in cli("logs", "down-run")[1], 180)
+    rec = state.load_record("down-run")
+    handle = LocalSupervisor("down-run", rec["supervisor"]["where"])
+    assert handle.alive() is True
+    code, out, err = cli("down", "--backend", "local", "--name", NAME, "-o", "json")
+    assert code == 0, err
+    assert handle.alive() is False

@@ -18,6 +18,7 @@ from miles_ray.services.backends.results import (IdleReport, LocalDown, LocalRes
                                                  ParkedCluster, ParkResult, SavedRuns)
 from miles_ray.services.heads import local_exists
 from miles_ray.services.runs import live_status
+from miles_ray.services.runs.supervised import stop_supervisors
 
 
 def _status(cfg: MilesRayConfig) -> LocalStatus:
@@ -113,6 +114,7 @@ class LocalBackend:
             return LocalDown(name=cfg.name, was_parked=True, saved_runs=SavedRuns(saved=[], not_saved={}))
         if not local_exists(cfg.name):  # already down: nothing to stop, and that is what 'down' wants
             return LocalDown(name=cfg.name, saved_runs=SavedRuns(saved=[], not_saved={}), already_down=True)
+        stop_supervisors(saved_runs.records_on(cluster_addresses(cfg)))
         saved = save_runs(cfg)
         try:
             return LocalDown(**local_ray.down(state.local_clusters_dir(), cfg.name), saved_runs=saved)
@@ -120,16 +122,21 @@ class LocalBackend:
             return LocalDown(name=cfg.name, saved_runs=saved, already_down=True)
 
 
-def save_runs(cfg: MilesRayConfig) -> SavedRuns:
-    """Save the jobs of the runs recorded on this cluster (by either address its head is known by)."""
-    head = f"{LOCAL_SCHEME}{cfg.name}"
-    addresses = [head]
+def cluster_addresses(cfg: MilesRayConfig) -> list[str]:
+    """Both addresses the cluster's head is known by in run records: ``local://NAME`` and its dashboard URL."""
+    addresses = [f"{LOCAL_SCHEME}{cfg.name}"]
     try:
         addresses.append(local_ray.status(state.local_clusters_dir(), cfg.name)["dashboard_url"])
     except ClusterError:
         pass
-    return saved_runs.save_cluster_runs(saved_runs.records_on(addresses), head, kube_context=cfg.kube_context,
-                                        kubeconfig=cfg.kubeconfig)
+    return addresses
+
+
+def save_runs(cfg: MilesRayConfig) -> SavedRuns:
+    """Save the jobs of the runs recorded on this cluster (by either address its head is known by)."""
+    addresses = cluster_addresses(cfg)
+    return saved_runs.save_cluster_runs(saved_runs.records_on(addresses), addresses[0],
+                                        kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig)
 
 
 def refuse_shrink_below_running_jobs(cfg: MilesRayConfig, nodes: int, status: LocalStatus) -> None:

@@ -70,6 +70,17 @@ def handle_for(record: dict[str, Any]) -> SupervisorHandle:
     return factory(record["run"], sup.get("where"))
 
 
+def stop_supervisors(records: list[dict[str, Any]]) -> list[str]:
+    """Stop the supervisor of every supervised run in ``records`` (their cluster is going down: nothing could carry
+    them on); the runs whose supervisor was stopped."""
+    stopped = []
+    for rec in records:
+        if rec.get("supervisor"):
+            handle_for(rec).stop()
+            stopped.append(rec["run"])
+    return stopped
+
+
 def supervisor_kinds() -> frozenset[str]:
     """The kinds of supervisor this miles-ray can start."""
     return frozenset(HANDLES)
