@@ -27,16 +27,29 @@ Standard library + ``polyaxon`` only (imports nothing of miles_ray).
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import os
 import sys
 import tempfile
 import time
 from typing import Any, Mapping
 
-try:
-    from metrics import METRIC_LINE, parse_dict  # shipped beside the supervisor (miles_ray/core/metrics.py)
-except ImportError:  # pragma: no cover - only where the supervisor's files were not shipped together
-    METRIC_LINE = parse_dict = None  # type: ignore[assignment]
+
+
+def _metrics_parser() -> Any:
+    """The parser ``runs compare`` uses (``miles_ray/core/metrics.py``): the copy shipped beside the supervisor,
+    else the installed package's (the embedded cluster's venv)."""
+    for name in ("metrics", "miles_ray.core.metrics"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "METRIC_LINE") and hasattr(module, "parse_dict"):
+            return module
+    return None
+
+
+PARSER = _metrics_parser()
 
 REQUIRED = ("host", "owner", "project", "run_uuid")
 PX_STATUS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
@@ -48,8 +61,8 @@ def _warn(message: str) -> None:
 
 
 class PolyaxonReporter:
-    """What the supervisor calls: :meth:`event` for each of its events, :meth:`logs` with each new piece of an
-    attempt's driver log, :meth:`close` at the end (idempotent)."""
+    """What the supervisor calls (``launchers/supervise.py``'s hook): :meth:`attempt_started`, :meth:`log_chunk`
+    with each new piece of an attempt's driver log, :meth:`attempt_ended`, :meth:`finished`."""
 
     def __init__(self, section: Mapping[str, Any]) -> None:
         missing = [k for k in REQUIRED if not section.get(k)]
@@ -90,6 +103,18 @@ class PolyaxonReporter:
         self.final: str | None = None
 
     # -- the supervisor's events ----------------------------------------------------------------------------
+
+    def attempt_started(self, ev: Mapping[str, Any]) -> None:
+        self.event(ev)
+
+    def attempt_ended(self, ev: Mapping[str, Any]) -> None:
+        self.event(ev)
+
+    def finished(self, ev: Mapping[str, Any]) -> None:
+        self.event(ev)
+
+    def log_chunk(self, attempt: int, text: str) -> None:
+        self.logs(text, attempt)
 
     def event(self, ev: Mapping[str, Any]) -> None:
         kind = ev.get("event")
@@ -138,12 +163,12 @@ class PolyaxonReporter:
             self._metrics(line)
 
     def _metrics(self, line: str) -> None:
-        if METRIC_LINE is None or ": {" not in line:
+        if PARSER is None or ": {" not in line:
             return
-        m = METRIC_LINE.search(line)
+        m = PARSER.METRIC_LINE.search(line)
         if not m:
             return
-        values = parse_dict(m.group(3))
+        values = PARSER.parse_dict(m.group(3))
         if not values:
             return
         self.run.log_metrics(step=int(m.group(2)), **values)
@@ -210,6 +235,10 @@ def _latest_iteration(checkpoint_dir: str) -> str | None:
         return None
 
 
-def make_reporter(section: Mapping[str, Any]) -> PolyaxonReporter:
-    """The reporter of a supervisor spec's ``polyaxon`` section (what the supervisor loads)."""
+def make_reporter(spec: Any) -> PolyaxonReporter:
+    """The reporter of a supervisor spec (its ``polyaxon`` section; the run's checkpoint dir when the section does
+    not name one): what the supervisor loads."""
+    section = dict(spec if isinstance(spec, Mapping) else spec.polyaxon or {})
+    if not section.get("checkpoint_dir") and getattr(spec, "checkpoint_dir", None):
+        section["checkpoint_dir"] = spec.checkpoint_dir
     return PolyaxonReporter(section)
