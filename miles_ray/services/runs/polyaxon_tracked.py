@@ -9,8 +9,9 @@ which every Polyaxon cluster already pulls and which has python3 + polyaxon; thi
 cluster), keeps it current with ``launchers/polyaxon_report.py`` through Polyaxon's own client (status, driver logs,
 Miles metrics, checkpoint lineage). The user's terminal has no part in it once ``submit`` returned.
 
-The run's inputs are the run's request: recipe and recipe hash, split, image and its digest, model and dataset
-revisions, Miles commit, the exact command line of the job, mode, output and checkpoint dirs.
+The run's inputs are the run's request (:func:`miles_ray.core.polyaxon_runs.run_inputs`): recipe and recipe hash,
+split, image and its digest, model and dataset revisions, Miles commit, the exact command line of the job, mode,
+output and checkpoint dirs. The supervisor's spec names the run (:func:`miles_ray.core.polyaxon_runs.reporter_section`).
 
 A cluster is Polyaxon-made when its record says so (``via: polyaxon`` with ``polyaxon_owner`` /
 ``polyaxon_project``, and the host in ``polyaxon_host``): the record ``up --via polyaxon`` writes for a Kubernetes
@@ -32,14 +33,9 @@ from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.heads import parse_head
+from miles_ray.core.polyaxon_runs import run_inputs
 from miles_ray.core.progress import Progress, say
 from miles_ray.core.submission import SubmitJob
-
-INPUT_FIELDS = ("recipe", "recipe_hash", "split", "image", "image_digest", "model_revision", "dataset_revision",
-                "miles_commit", "mode", "output_dir", "checkpoint_dir", "load_dir", "resumed_from", "cluster",
-                "ray_version")
-UPLOAD_SECONDS = 10.0
-
 
 @dataclass(frozen=True)
 class PolyaxonHome:
@@ -104,14 +100,6 @@ def preflight(cfg: MilesRayConfig, job: SubmitJob, progress: Progress = None) ->
     return home
 
 
-def run_inputs(record: dict[str, Any]) -> dict[str, Any]:
-    """The run's inputs as Polyaxon shows them: its request, and the exact command line of its job."""
-    inputs = {k: record.get(k) for k in INPUT_FIELDS if record.get(k) is not None}
-    inputs["command"] = record.get("entrypoint")
-    inputs["miles_ray_run"] = record["run"]
-    return inputs
-
-
 def track(job: SubmitJob, home: PolyaxonHome, progress: Progress = None) -> SubmitJob:
     """Create the run's non-managed Polyaxon run (or find the one an earlier submit of this run made); the job with
     its record naming it (``polyaxon_run_uuid`` and where: host, owner, project)."""
@@ -139,19 +127,6 @@ def untrack(record: dict[str, Any]) -> None:
         runs.delete(uuid)
     except ClusterError:
         pass
-
-
-def reporter_section(record: dict[str, Any], work_dir: str | None = None) -> dict[str, Any] | None:
-    """The supervisor spec's ``polyaxon`` section for a tracked run (what ``launchers/polyaxon_report.py`` reads),
-    None for a run without a Polyaxon run of its own."""
-    if not record.get("polyaxon_tracked"):
-        return None
-    section = {"host": record["polyaxon_host"], "owner": record["polyaxon_owner"],
-               "project": record["polyaxon_project"], "run_uuid": record["polyaxon_run_uuid"],
-               "checkpoint_dir": record.get("checkpoint_dir"), "upload_seconds": UPLOAD_SECONDS}
-    if work_dir:
-        section["work_dir"] = work_dir
-    return section
 
 
 def _where(record: dict[str, Any]) -> tuple[TrackedRuns, str] | None:
