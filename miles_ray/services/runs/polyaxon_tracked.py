@@ -15,7 +15,7 @@ output and checkpoint dirs. The supervisor's spec names the run (:func:`miles_ra
 
 A cluster is Polyaxon-made when its record says so (``via: polyaxon`` with ``polyaxon_owner`` /
 ``polyaxon_project``, and the host in ``polyaxon_host``): the record ``up --via polyaxon`` writes for a Kubernetes
-cluster; the state file of an embedded cluster when it carries the same keys.
+cluster; the state file of the embedded cluster serving the head when it carries the same keys.
 
 Bad input creates nothing: the project is checked (and the host reached) before anything is submitted to Ray; a
 Polyaxon run made for a submission that then fails is deleted again.
@@ -55,8 +55,11 @@ def _cluster_record(cfg: MilesRayConfig, address: str) -> dict[str, Any] | None:
     head = parse_head(address)
     if head.namespace is not None:
         return state.find_kube_cluster(cfg.kube_context, head.namespace, head.name or "")
-    if head.on_this_machine:
-        return state.read_json(local_ray.state_path(state.local_clusters_dir(), cfg.name))
+    if head.on_this_machine:  # the embedded cluster whose dashboard it is
+        for name in state.local_cluster_names()[0]:
+            rec = local_ray.read_state(state.local_clusters_dir(), name) or {}
+            if rec.get("dashboard_url") == address:
+                return rec
     return None
 
 
