@@ -18,7 +18,8 @@ cluster), and reports what the supervisor sees:
 
 Its spec (the supervisor spec's ``polyaxon`` section): ``host``, ``owner``, ``project``, ``run_uuid``; optional
 ``token_file`` (a Polyaxon API token, else ``$POLYAXON_AUTH_TOKEN``), ``checkpoint_dir``, ``work_dir`` (where the
-event and log files are written before upload; default a temp dir), ``upload_seconds`` (default 10).
+event and log files are written before upload; default ``polyaxon/`` in the supervisor's working directory),
+``upload_seconds`` (default 10).
 A failing Polyaxon call never stops the run: the reporter says so on stderr and carries on.
 
 Standard library + ``polyaxon`` only (imports nothing of miles_ray).
@@ -85,8 +86,7 @@ class PolyaxonReporter:
         owner, project = str(section["owner"]), str(section["project"])
         self.rc = RunClient(owner=owner, project=project, run_uuid=self.uuid, client=client,
                             manual_exceptions_handling=True)
-        work = section.get("work_dir") or tempfile.mkdtemp(prefix="miles-ray-polyaxon-")
-        self.path = os.path.join(work, self.uuid)
+        self.path = _work_dir(section.get("work_dir"), self.uuid)
         # Polyaxon's tracking client on the existing (non-managed) run: its event writer for the metrics, no
         # code/env/log capture of this process (the logs are the Miles job's, given to logs())
         self.run = tracking.init(owner=owner, project=project, run_uuid=self.uuid, client=client, track_code=False,
@@ -224,6 +224,19 @@ class PolyaxonReporter:
             _warn(f"could not write the last logs and metrics: {e}")
         self.closed = True
         self.upload()
+
+
+def _work_dir(given: str | None, uuid: str) -> str:
+    """Where the run's event and log files are written before upload: ``work_dir``, else ``polyaxon/`` in the
+    supervisor's directory (its working directory), else a temp dir."""
+    for base in (given, "polyaxon"):
+        if base:
+            try:
+                os.makedirs(os.path.join(base, uuid), exist_ok=True)
+                return os.path.abspath(os.path.join(base, uuid))
+            except OSError:
+                continue
+    return os.path.join(tempfile.mkdtemp(prefix="miles-ray-polyaxon-"), uuid)
 
 
 def _latest_iteration(checkpoint_dir: str) -> str | None:

@@ -8,14 +8,10 @@ and a name nobody uses (delete it). tests/unit/test_dead_code.py checks that eve
 """
 
 # -- the run supervisor's reporter (launchers/polyaxon_report.py) ------------------------------------------------
-# launchers/supervise.py calls the reporter's hooks by name (getattr(reporter, "attempt_started") ...), and loads
-# the module beside it, calling make_reporter(spec); the spec's polyaxon section is built by reporter_section when
-# the supervised run is submitted (branch `sup`: these two lines go once it is merged).
+# launchers/supervise.py calls the reporter's hooks by name (getattr(reporter, "attempt_started") ...).
 _.attempt_started
 _.attempt_ended
 _.log_chunk
-_.make_reporter
-_.reporter_section
 
 # -- Typer / click ----------------------------------------------------------------------------------------------
 # The verbs' command functions: cli/app.py VERBS names each by string ("plan" -> ("plan", "plan_cmd", ...)) and

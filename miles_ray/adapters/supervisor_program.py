@@ -11,6 +11,7 @@ import miles_ray
 
 PROGRAM = "supervise.py"
 MODULES = ("supervision.py", "metrics.py")  # from miles_ray/core, imported by supervise.py from its own dir
+REPORTER = "polyaxon_report.py"  # launchers/: loaded by supervise.py when its spec has a polyaxon section
 
 
 def _program_path() -> Path:
@@ -26,7 +27,8 @@ def _program_path() -> Path:
 def program_files() -> dict[str, str]:
     """File name -> text of everything the supervisor program needs, to be put in one directory."""
     core = Path(miles_ray.__file__).resolve().parent / "core"
-    files = {PROGRAM: _program_path().read_text(encoding="utf-8")}
+    files = {PROGRAM: _program_path().read_text(encoding="utf-8"),
+             REPORTER: (_program_path().parent / REPORTER).read_text(encoding="utf-8")}
     for name in MODULES:
         files[name] = (core / name).read_text(encoding="utf-8")
     return files

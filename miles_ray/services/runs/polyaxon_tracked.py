@@ -33,9 +33,10 @@ from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.heads import parse_head
-from miles_ray.core.polyaxon_runs import run_inputs
+from miles_ray.core.polyaxon_runs import reporter_section, run_inputs
 from miles_ray.core.progress import Progress, say
-from miles_ray.core.submission import SubmitJob
+from miles_ray.core.submission import SubmitJob, supervisor_kind
+from miles_ray.services.runs.supervised import supervisor_kinds
 
 @dataclass(frozen=True)
 class PolyaxonHome:
@@ -92,6 +93,11 @@ def preflight(cfg: MilesRayConfig, job: SubmitJob, progress: Progress = None) ->
     home = polyaxon_home(cfg, job.address)
     if home is None:
         return None
+    kind = (job.supervision or {}).get("kind") or supervisor_kind(job.record["backend"], job.address)
+    if kind not in supervisor_kinds():
+        raise ConfigError(f"a run on the Polyaxon-made cluster at {job.address} is a Polyaxon run kept current by a "
+                          f"run supervisor on the cluster, and a {kind} supervisor is not available in this miles-ray",
+                          hint="upgrade miles-ray, or submit to a cluster not made through Polyaxon")
     api = PolyaxonApi(host=home.host, retries=1)
     say(progress, f"checking Polyaxon project {home.owner}/{home.project} at {api.host} (the cluster's)")
     try:
@@ -105,7 +111,8 @@ def preflight(cfg: MilesRayConfig, job: SubmitJob, progress: Progress = None) ->
 
 def track(job: SubmitJob, home: PolyaxonHome, progress: Progress = None) -> SubmitJob:
     """Create the run's non-managed Polyaxon run (or find the one an earlier submit of this run made); the job with
-    its record naming it (``polyaxon_run_uuid`` and where: host, owner, project)."""
+    its record naming it (``polyaxon_run_uuid`` and where: host, owner, project) and its supervisor's spec the
+    ``polyaxon`` section its reporter reads."""
     rec = job.record
     runs = home.runs()
     say(progress, f"creating Polyaxon run {rec['run']} in {home.owner}/{home.project}")
@@ -116,7 +123,13 @@ def track(job: SubmitJob, home: PolyaxonHome, progress: Progress = None) -> Subm
                                    f"{rec.get('address')}; kept current by its supervisor on the cluster")
     record = {**rec, "polyaxon_run_uuid": uuid, "polyaxon_host": runs.api.host, "polyaxon_owner": home.owner,
               "polyaxon_project": home.project, "polyaxon_tracked": True}
-    return replace(job, record=record)
+    # its supervisor reports to it: a run that would not be supervised (--max-restarts 0, no checkpoints, a
+    # rehearsal) gets one that never restarts it
+    supervision = dict(job.supervision or {"kind": supervisor_kind(rec["backend"], job.address), "max_restarts": 0,
+                                           "checkpoint_dir": rec.get("checkpoint_dir")})
+    record["supervisor"] = rec.get("supervisor") or {"kind": supervision["kind"], "max_restarts": 0}
+    supervision["polyaxon"] = reporter_section(record)
+    return replace(job, record=record, supervision=supervision)
 
 
 def untrack(record: dict[str, Any]) -> None:
