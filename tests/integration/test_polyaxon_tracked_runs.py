@@ -256,3 +256,13 @@ def test_a_bad_polyaxon_home_creates_nothing(env, cli, change, words):
     with urllib.request.urlopen(req, timeout=30) as r:
         assert not [j for j in json.loads(r.read()) if "px-bad" in (j.get("submission_id") or "")]
     assert not tracked(env).api.runs_named("default", PROJECT, "px-bad")
+
+
+def test_a_run_that_would_not_be_supervised_still_gets_its_supervisor(env, cli):
+    """--max-restarts 0 (never restarted): on a Polyaxon-made cluster its supervisor still runs, to keep the
+    Polyaxon run current."""
+    code, out, err = cli(*submit_args(env, "px-norestart", "--max-restarts", "0"))
+    assert code == 0, err
+    rec = state_of("px-norestart")
+    assert rec["supervisor"]["max_restarts"] == 0
+    check_polyaxon_run(env, "px-norestart")
