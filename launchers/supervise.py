@@ -39,7 +39,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable
 
-import supervision as sv  # shipped beside this file (miles_ray/core/supervision.py)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (python3 -I leaves the script's dir out)
+import supervision as sv  # noqa: E402 - shipped beside this file (miles_ray/core/supervision.py)
 
 HTTP_TIMEOUT = 15.0
 

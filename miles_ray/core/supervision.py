@@ -304,12 +304,12 @@ def decide(attempt: int, verdict: Verdict, step: int | None, previous_step: int 
         return Decision(False, "the run succeeded")
     if verdict.kind == "stopped":
         return Decision(False, "stopped: a stopped run is never started again")
-    if verdict.kind != "retryable":
-        return Decision(False, "not a failure worth retrying (not a lost node, pod or head, a collective timeout, an "
-                               "OOM kill or a lost connection)")
     if step is None:
         return Decision(False, "it failed before its first training step (a bad flag, missing data or an import "
                                "error fails the same way again)")
+    if verdict.kind != "retryable":
+        return Decision(False, "not a failure worth retrying (not a lost node, pod or head, a collective timeout, an "
+                               "OOM kill or a lost connection)")
     if previous_step is not None and step <= previous_step:
         return Decision(False, f"no progress since the previous attempt (last step {step}, the previous attempt's "
                                f"{previous_step})")
