@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib
+import json
 import os
 import sys
 import tempfile
@@ -98,6 +99,11 @@ class PolyaxonReporter:
         self.log_writer = LogsFileWriter(run_path=self.path)
         self.last: dict[str, float] = {}
         self.partial: dict[int, str] = {}
+        # characters of each attempt's log given so far, and those already written here by an earlier reporter of
+        # this run (a supervisor started again re-reads each attempt's log from its start)
+        self.seen: dict[int, int] = {}
+        self.offsets_path = self.path + ".offsets.json"
+        self.written = _read_offsets(self.offsets_path)
         self.next_upload = time.monotonic() + self.upload_seconds
         self.closed = False
         self.final: str | None = None
@@ -114,6 +120,13 @@ class PolyaxonReporter:
         self.event(ev)
 
     def log_chunk(self, attempt: int, text: str) -> None:
+        start = self.seen.get(attempt, 0)
+        self.seen[attempt] = start + len(text)
+        done = self.written.get(attempt, 0)
+        if start < done:  # written by the reporter before this one (its files are still here)
+            for line in text[:done - start].split("\n"):
+                self._metrics(line, log=False)  # (their last values are still the run's outputs)
+            text = text[done - start:]
         self.logs(text, attempt)
 
     def event(self, ev: Mapping[str, Any]) -> None:
@@ -162,7 +175,7 @@ class PolyaxonReporter:
                                                                  pod=None, container=f"attempt-{attempt}"))
             self._metrics(line)
 
-    def _metrics(self, line: str) -> None:
+    def _metrics(self, line: str, log: bool = True) -> None:
         if PARSER is None or ": {" not in line:
             return
         m = PARSER.METRIC_LINE.search(line)
@@ -171,7 +184,8 @@ class PolyaxonReporter:
         values = PARSER.parse_dict(m.group(3))
         if not values:
             return
-        self.run.log_metrics(step=int(m.group(2)), **values)
+        if log:
+            self.run.log_metrics(step=int(m.group(2)), **values)
         self.last.update(values)
 
     # -- shipping and the end -------------------------------------------------------------------------------
@@ -184,6 +198,9 @@ class PolyaxonReporter:
                 self.log_writer.flush()
                 self.run._event_logger.flush()
             self.run.upload_artifacts_dir(dirpath=self.path, path="", overwrite=True, relative_to=self.path)
+            written = {a: n - len(self.partial.get(a, "")) for a, n in self.seen.items()}
+            with open(self.offsets_path, "w") as fh:
+                json.dump({str(a): max(n, self.written.get(a, 0)) for a, n in written.items()}, fh)
         except Exception as e:  # noqa: BLE001
             _warn(f"could not upload logs and metrics: {e}")
 
@@ -237,6 +254,14 @@ def _work_dir(given: str | None, uuid: str) -> str:
             except OSError:
                 continue
     return os.path.join(tempfile.mkdtemp(prefix="miles-ray-polyaxon-"), uuid)
+
+
+def _read_offsets(path: str) -> dict[int, int]:
+    try:
+        with open(path) as fh:
+            return {int(k): int(v) for k, v in json.load(fh).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def _latest_iteration(checkpoint_dir: str) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from miles_ray.adapters.polyaxon_api.client import FINAL_STATUSES, PolyaxonApi
 from miles_ray.adapters.polyaxon_api.convert import plain, run_dict
-from miles_ray.core.errors import ClusterError, NotFound
+from miles_ray.core.errors import ClusterError
 
 
 def polyaxon_metric_name(name: str) -> str:
@@ -128,11 +128,23 @@ class TrackedRuns:
         return [plain(a) for a in getattr(res, "results", None) or []]
 
     def logs(self, uuid: str) -> list[str]:
-        """The run's log lines as Polyaxon serves them, oldest first."""
-        try:
-            return [str(x.get("value", "")) for x in self.api.get_logs(self.owner, self.project, uuid)]
-        except NotFound:
-            return []
+        """The run's log lines as Polyaxon serves them (every log file of the run, read afresh: the streams API
+        keeps a copy of a file it served once unless asked with ``force``), oldest first."""
+        rc = self.api.run_client(self.owner, self.project, uuid)
+        self.api.call(f"read run {uuid}", rc.refresh_data, not_found=self._not_found(uuid))
+        lines: list[dict[str, Any]] = []
+        last_file = None
+        for _ in range(1000):  # one answer per log file
+            page = self.api.call(
+                f"read logs of run {uuid}",
+                lambda: rc.client.runs_v1.get_run_logs(rc.namespace, self.owner, self.project, uuid,
+                                                       last_file=last_file, force=True),
+                not_found=self._not_found(uuid))
+            lines += [plain(x) for x in getattr(page, "logs", None) or []]
+            if not getattr(page, "last_file", None) or page.last_file == last_file:
+                break
+            last_file = page.last_file
+        return [str(x.get("value", "")) for x in sorted(lines, key=lambda x: str(x.get("timestamp") or ""))]
 
 
 class _Created:
