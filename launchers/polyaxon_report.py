@@ -27,6 +27,7 @@ Standard library + ``polyaxon`` only (imports nothing of miles_ray).
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import importlib
 import json
@@ -107,6 +108,7 @@ class PolyaxonReporter:
         self.next_upload = time.monotonic() + self.upload_seconds
         self.closed = False
         self.final: str | None = None
+        atexit.register(self.close)  # a supervisor ended by a signal (stop RUN) still ships what it has written
 
     # -- the supervisor's events ----------------------------------------------------------------------------
 

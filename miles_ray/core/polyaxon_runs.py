@@ -21,9 +21,12 @@ def run_inputs(record: Mapping[str, Any]) -> dict[str, Any]:
     return inputs
 
 
-def reporter_section(record: Mapping[str, Any], work_dir: str | None = None) -> dict[str, Any] | None:
+def reporter_section(record: Mapping[str, Any], work_dir: str | None = None,
+                     image: str | None = None) -> dict[str, Any] | None:
     """The supervisor spec's ``polyaxon`` section for a run with a Polyaxon run of its own (``polyaxon_tracked`` in
-    its record), None for any other run. ``work_dir``: where the reporter writes its files before upload."""
+    its record), None for any other run. ``work_dir``: where the reporter writes its files before upload;
+    ``image``: an image with python3 + polyaxon for a supervisor that runs in a pod (Polyaxon's sidecar image; the
+    reporter cannot run in the Miles image)."""
     if not record.get("polyaxon_tracked"):
         return None
     section = {"host": record["polyaxon_host"], "owner": record.get("polyaxon_owner") or "default",
@@ -31,4 +34,6 @@ def reporter_section(record: Mapping[str, Any], work_dir: str | None = None) -> 
                "checkpoint_dir": record.get("checkpoint_dir"), "upload_seconds": UPLOAD_SECONDS}
     if work_dir:
         section["work_dir"] = work_dir
+    if image:
+        section["image"] = image
     return section

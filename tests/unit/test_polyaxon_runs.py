@@ -27,6 +27,7 @@ def test_only_a_tracked_run_has_a_reporter_section():
     section = reporter_section(tracked, work_dir="/w")
     assert section == {"host": "http://px:8000", "owner": "acme", "project": "miles", "run_uuid": "u1",
                        "checkpoint_dir": "/mnt/c", "upload_seconds": 10.0, "work_dir": "/w"}
+    assert reporter_section(tracked, image="polyaxon/polyaxon-sidecar:2.18.0")["image"] == "polyaxon/polyaxon-sidecar:2.18.0"
 
 
 def test_metric_names_as_polyaxon_keeps_them():

@@ -24,6 +24,15 @@ from miles_ray.adapters.polyaxon_api.convert import plain, run_dict
 from miles_ray.core.errors import ClusterError
 
 
+def sidecar_image() -> str:
+    """Polyaxon's sidecar image at this client's version (``polyaxon/polyaxon-sidecar:<version>``, the name the
+    agent's converter gives every Polyaxon pod): python3 + polyaxon, what a run's supervisor runs in on a
+    Polyaxon-made Kubernetes cluster (the Miles image has no polyaxon)."""
+    from polyaxon.pkg import VERSION
+
+    return f"polyaxon/polyaxon-sidecar:{VERSION}"
+
+
 def polyaxon_metric_name(name: str) -> str:
     """The name Polyaxon keeps a metric under (its ``to_fqn_name``: ``/`` -> ``__``, ``.``/spaces -> ``-``)."""
     value = re.sub(r"[^\w\\/.\s-]", "", name).strip()

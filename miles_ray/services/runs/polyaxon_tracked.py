@@ -29,7 +29,7 @@ from typing import Any
 
 from miles_ray.adapters import local_ray, state
 from miles_ray.adapters.polyaxon_api import PolyaxonApi
-from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns
+from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns, sidecar_image
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.heads import parse_head
@@ -128,7 +128,7 @@ def track(job: SubmitJob, home: PolyaxonHome, progress: Progress = None) -> Subm
     supervision = dict(job.supervision or {"kind": supervisor_kind(rec["backend"], job.address), "max_restarts": 0,
                                            "checkpoint_dir": rec.get("checkpoint_dir")})
     record["supervisor"] = rec.get("supervisor") or {"kind": supervision["kind"], "max_restarts": 0}
-    supervision["polyaxon"] = reporter_section(record)
+    supervision["polyaxon"] = reporter_section(record, image=sidecar_image())
     return replace(job, record=record, supervision=supervision)
 
 
