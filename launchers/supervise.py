@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (python3 -I le
 import supervision as sv  # noqa: E402 - shipped beside this file (miles_ray/core/supervision.py)
 
 HTTP_TIMEOUT = 15.0
+LOG_READ_SECONDS = 10.0  # a running attempt's logs are read (whole: the Jobs API has no offset) this often at most
 
 
 def now_iso() -> str:
@@ -356,6 +357,7 @@ class Supervisor:
         """Follow attempt ``n`` until it ended or was lost with its head: its verdict and last training step."""
         sid = sv.attempt_submission_id(self.spec.submission_id, n)
         unreachable_since = None
+        next_log_read = 0.0
         while True:
             try:
                 job = self.api.job(sid)
@@ -368,7 +370,9 @@ class Supervisor:
                 self.sleep()
                 continue
             unreachable_since = None
-            self.read_logs(n, sid)
+            if time.monotonic() >= next_log_read:
+                self.read_logs(n, sid)
+                next_log_read = time.monotonic() + max(LOG_READ_SECONDS, self.spec.poll_seconds)
             if job is None:
                 lost = f"the head serving now ({(head.get('node_id') or '?')[:16]}) has no job {sid}"
                 return sv.classify("FAILED", lost=lost), self.steps.get(n)

@@ -175,7 +175,17 @@ def test_the_restart_budget_spent_fails_listing_every_attempt(world, cli):
     assert len(run_jobs(world, run)) == 2
 
 
-def test_a_supervisor_killed_and_started_again_adopts_the_running_attempt(world, cli):
+def _rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def test_a_supervisor_killed_and_started_again_adopts_the_running_attempt(world, cli, capsys):
     run = "sup-adopt"
     code, out, err = cli(*submit_args(world, run, env={"MILESRAY_TEST_STEP_SECONDS": "0.6"}))
     assert code == 0, err
@@ -185,7 +195,12 @@ def test_a_supervisor_killed_and_started_again_adopts_the_running_attempt(world,
     os.kill(where["pid"], signal.SIGKILL)
     poll("the supervisor to be gone", lambda: handle.alive() is False, 30)
     spec = json.loads(handle.spec_path.read_text())
-    handle.start(spec)  # the same spec: as a restarted pod would
+    again = handle.start(spec)  # the same spec: as a restarted pod would
+    rss = poll("the restarted supervisor to adopt the attempt", lambda: [
+        e for e in handle.events() if e["event"] == "attempt_started" and e.get("adopted")] and _rss_mib(again["pid"]),
+        60)
+    with capsys.disabled():
+        print(f"\nSUPERVISOR_FIGURES local_supervisor_rss_mib={rss:.1f}")
     info = finished(cli, run)
     assert info["status"] == "SUCCEEDED"
     [a1] = info["attempts"]

@@ -244,3 +244,42 @@ def test_submit_dry_run_says_whether_a_run_is_supervised(cli, clean_env):
     code, out, err = cli(*base, "--rehearse")
     assert code == 0, err
     assert "supervisor" not in json.loads(out)["record"]
+
+
+# -- the program's own judgement of a job lost with its head (the shipped copy, imported from its dir) ----------
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    import importlib.util
+
+    d = tmp_path_factory.mktemp("program")
+    for name, text in program_files().items():
+        (d / name).write_text(text)
+    spec = importlib.util.spec_from_file_location("shipped_supervise", d / "supervise.py")
+    mod = importlib.util.module_from_spec(spec)
+    before = set(sys.modules)
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        for name in set(sys.modules) - before:
+            sys.modules.pop(name, None)
+        sys.path[:] = [p for p in sys.path if p != str(d)]
+
+
+NODES = [{"node_id": "H2", "state": "ALIVE", "is_head_node": True, "start_time_ms": 5000},
+         {"node_id": "W1", "state": "ALIVE"}, {"node_id": "H1", "state": "DEAD", "is_head_node": True}]
+
+
+@pytest.mark.parametrize("job, attempt_head, lost", [
+    ({"driver_node_id": "W1", "start_time": 1000}, "H1", None),  # its driver's node is ALIVE: not lost
+    ({"driver_node_id": "H1", "start_time": 6000}, "H1", "is gone"),  # the head it started on is gone
+    ({"driver_node_id": None, "start_time": 1000}, None, "started before the head now serving"),  # (adopted)
+    ({"driver_node_id": "H1", "start_time": 6000}, "H2", None),  # same head, started after it: not known lost
+])
+def test_a_job_lost_with_its_head(program, job, attempt_head, lost):
+    head = program.head_of(NODES)
+    assert head["node_id"] == "H2" and head["alive"] == {"H2", "W1"}
+    said = program.lost_with_head(job, head, attempt_head)
+    assert (said is None) if lost is None else (lost in said)
+    assert program.lost_with_head(job, program.head_of(NODES[1:]), attempt_head) is None  # no head ALIVE yet

@@ -50,6 +50,10 @@ class LocalSupervisor:
         """A 0600 copy of the head's token for the supervisor (when it came from the environment, not a file)."""
         return str(write_token_file(self.dir / "ray-token", token))
 
+    def head_url(self, reached: str, in_cluster: str) -> str:
+        """This machine reaches the head as this process did."""
+        return reached
+
     def start(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Write the spec, start the program detached; where it is (kept in the run record's ``supervisor``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
