@@ -16,6 +16,10 @@ cluster), and reports what the supervisor sees:
   step being the line's id), and their last values as the run's outputs (what Polyaxon's comparison table shows);
 * the checkpoint directory as an output lineage artifact (``log_artifact_ref``, kind ``dir``).
 
+And the other way: a Polyaxon run stopped in Polyaxon (its UI, ``polyaxon ops stop``) has the current attempt's Ray
+job stopped (checked at each upload, i.e. while the job prints), as ``miles-ray stop`` does; the supervisor never
+starts another attempt of a stopped run.
+
 Its spec (the supervisor spec's ``polyaxon`` section): ``host``, ``owner``, ``project``, ``run_uuid``; optional
 ``token_file`` (a Polyaxon API token, else ``$POLYAXON_AUTH_TOKEN``), ``checkpoint_dir``, ``work_dir`` (where the
 event and log files are written before upload; default ``polyaxon/`` in the supervisor's working directory),
@@ -35,6 +39,8 @@ import os
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from typing import Any, Mapping
 
 
@@ -78,6 +84,10 @@ class PolyaxonReporter:
 
         self.uuid = str(section["run_uuid"])
         self.checkpoint_dir = section.get("checkpoint_dir") or None
+        self.head_url = str(section.get("head_url") or "").rstrip("/") or None
+        self.token_file = section.get("token_file") or None
+        self.current_job: str | None = None  # the Ray job of the attempt running now
+        self.stop_asked = False
         self.upload_seconds = float(section.get("upload_seconds") or 10)
         token = os.environ.get("POLYAXON_AUTH_TOKEN")
         if section.get("token_file"):
@@ -135,6 +145,7 @@ class PolyaxonReporter:
         kind = ev.get("event")
         try:
             if kind == "attempt_started":
+                self.current_job = ev.get("submission_id") or self.current_job
                 self._status("running", f"attempt {ev.get('attempt')} (Ray job {ev.get('submission_id')})"
                              + (f", resuming from {ev['resumed_from']}" if ev.get("resumed_from") else ""))
                 self.rc.log_outputs(async_req=False, attempts=int(ev.get("attempt") or 1))
@@ -200,11 +211,33 @@ class PolyaxonReporter:
                 self.log_writer.flush()
                 self.run._event_logger.flush()
             self.run.upload_artifacts_dir(dirpath=self.path, path="", overwrite=True, relative_to=self.path)
+            self._follow_a_stop()
             written = {a: n - len(self.partial.get(a, "")) for a, n in self.seen.items()}
             with open(self.offsets_path, "w") as fh:
                 json.dump({str(a): max(n, self.written.get(a, 0)) for a, n in written.items()}, fh)
         except Exception as e:  # noqa: BLE001
             _warn(f"could not upload logs and metrics: {e}")
+
+    def _follow_a_stop(self) -> None:
+        """The Polyaxon run was stopped in Polyaxon (its UI, ``polyaxon ops stop``) while the run goes on: stop the
+        current attempt's Ray job, as ``miles-ray stop`` does; the supervisor then sees it STOPPED and never starts
+        another attempt."""
+        if self.final is not None or self.stop_asked or not (self.head_url and self.current_job):
+            return
+        self.rc.refresh_data()
+        status = str(getattr(self.rc.run_data.status, "value", self.rc.run_data.status) or "")
+        if status not in ("stopping", "stopped"):
+            return
+        headers = {"Content-Type": "application/json"}
+        if self.token_file:
+            with open(self.token_file, encoding="utf-8") as fh:
+                headers["Authorization"] = f"Bearer {fh.read().strip()}"
+        url = f"{self.head_url}/api/jobs/{urllib.parse.quote(self.current_job)}/stop"
+        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST", headers=headers),
+                                    timeout=30):
+            pass
+        self.stop_asked = True
+        _warn(f"the Polyaxon run was {status} in Polyaxon: stopped Ray job {self.current_job}")
 
     def finish(self, status: str, message: str | None = None) -> None:
         """The run ended (``status``: SUCCEEDED, FAILED or STOPPED): the rest of its logs and metrics, its final
@@ -277,8 +310,10 @@ def _latest_iteration(checkpoint_dir: str) -> str | None:
 
 def make_reporter(spec: Any) -> PolyaxonReporter:
     """The reporter of a supervisor spec (its ``polyaxon`` section; the run's checkpoint dir when the section does
-    not name one): what the supervisor loads."""
+    not name one; the Ray head and its token file, to stop the run's job when its Polyaxon run is stopped): what
+    the supervisor loads."""
     section = dict(spec if isinstance(spec, Mapping) else spec.polyaxon or {})
-    if not section.get("checkpoint_dir") and getattr(spec, "checkpoint_dir", None):
-        section["checkpoint_dir"] = spec.checkpoint_dir
+    for key in ("checkpoint_dir", "head_url", "token_file"):
+        if not section.get(key) and getattr(spec, key, None):
+            section[key] = getattr(spec, key)
     return PolyaxonReporter(section)

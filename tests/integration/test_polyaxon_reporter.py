@@ -5,6 +5,7 @@ prints."""
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def test_a_supervisor_started_again_reports_nothing_twice(polyaxon_server, tmp_p
     first.attempt_started({"event": "attempt_started", "attempt": 1, "submission_id": "rep-1"})
     cut = log.index("\n", len(log) // 2) + 5  # in the middle of a line
     first.log_chunk(1, log[:cut])
-    first.upload()  # then it is gone (SIGKILL): nothing more of it
+    first.upload()  # then it is gone (SIGKILL): nothing more of it, not even at its exit
+    atexit.unregister(first.close)
 
     again = module.make_reporter(section)  # the supervisor started again: the attempt's log from its start
     again.log_chunk(1, log[:100])

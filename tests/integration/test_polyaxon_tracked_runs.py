@@ -266,3 +266,26 @@ def test_a_run_that_would_not_be_supervised_still_gets_its_supervisor(env, cli):
     rec = state_of("px-norestart")
     assert rec["supervisor"]["max_restarts"] == 0
     check_polyaxon_run(env, "px-norestart")
+
+
+def test_a_run_stopped_in_polyaxon_stops_its_ray_job(env, cli):
+    """Stopping the Polyaxon run (as its UI or 'polyaxon ops stop' does, through its API) stops the Miles run."""
+    code, out, err = cli(*submit_args(env, "px-pxstop", "--env", "MILESRAY_TEST_FAKE_ROLLOUT_SECONDS=1"))
+    assert code == 0, err
+    uuid = state_of("px-pxstop")["polyaxon_run_uuid"]
+    runs = tracked(env)
+    deadline = time.monotonic() + 120
+    while runs.run(uuid)["status"] != "running":
+        assert time.monotonic() < deadline, runs.run(uuid)
+        time.sleep(0.5)
+    runs.api.stop_run("default", PROJECT, uuid)
+    deadline = time.monotonic() + 120
+    while True:
+        code, out, err = cli("status", "px-pxstop", "-o", "json")
+        status = json.loads(out)["status"]
+        if status not in ("PENDING", "RUNNING"):
+            break
+        assert time.monotonic() < deadline, out
+        time.sleep(1)
+    assert status == "STOPPED", out
+    assert runs.run(uuid)["status"] == "stopped"
