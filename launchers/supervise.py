@@ -54,6 +54,10 @@ class Unreachable(Exception):
     """The head did not answer (connection refused, reset, timed out)."""
 
 
+class Refused(Exception):
+    """The head refused the supervisor's token (HTTP 401/403): waiting changes nothing."""
+
+
 class HeadAPI:
     """The Ray head's REST APIs (Jobs API, state API) over plain HTTP, with the token of ``token_file``."""
 
@@ -85,6 +89,9 @@ class HeadAPI:
         except (urllib.error.URLError, OSError) as e:
             raise Unreachable(str(getattr(e, "reason", e))) from None
         text = raw.decode("utf-8", "replace")
+        if status in (401, 403):
+            raise Refused(f"{method} {path}: HTTP {status} ({'no token' if status == 401 else 'a wrong token'}; "
+                          f"token file {self.token_file or 'none'})")
         try:
             return status, json.loads(text)
         except ValueError:
@@ -433,7 +440,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(1)
 
     signal.signal(signal.SIGTERM, signalled)
-    return sup.main()
+    try:
+        return sup.main()
+    except Refused as e:
+        return sup.finish("FAILED", f"the Ray head at {spec.head_url} refused the supervisor: {e}")
 
 
 if __name__ == "__main__":

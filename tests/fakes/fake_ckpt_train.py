@@ -17,6 +17,8 @@ Faults, from the environment (set by the test with ``submit --env``):
   ``DIR/.stand-in-crashed-at-S`` says it happened), the process SIGKILLs itself (as the OOM killer or a lost node
   would end it);
 * ``MILESRAY_TEST_CRASH_EVERY=N``: every attempt SIGKILLs itself after training N steps;
+* ``MILESRAY_TEST_CRASH_ON_FILE=PATH``: after the first step that finds PATH existing, once per checkpoint dir
+  (marker ``DIR/.stand-in-crashed-on-file``), the process SIGKILLs itself (the test decides when);
 * ``MILESRAY_TEST_STEP_SECONDS`` (default 0.3): the time one step takes.
 
 Every step is also appended to ``DIR/.stand-in-steps`` (``<pid> <step>`` a line), so a test can see which steps
@@ -98,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
             with open(marker, "w") as fh:
                 fh.write(f"{os.getpid()}\n")
             _log("fault", f"STAND-IN: crashing at step {rid} (SIGKILL, injected by the test)")
+            os.kill(os.getpid(), signal.SIGKILL)
+        on_file = os.environ.get("MILESRAY_TEST_CRASH_ON_FILE")
+        file_marker = os.path.join(save or ".", ".stand-in-crashed-on-file")
+        if on_file and os.path.exists(on_file) and not os.path.exists(file_marker):
+            with open(file_marker, "w") as fh:
+                fh.write(f"{os.getpid()} {rid}\n")
+            _log("fault", f"STAND-IN: crashing after step {rid}: {on_file} exists (SIGKILL, injected by the test)")
             os.kill(os.getpid(), signal.SIGKILL)
         if crash_every and trained >= crash_every and rid < target - 1:
             _log("fault", f"STAND-IN: crashing after {trained} steps (SIGKILL, injected by the test)")

@@ -18,6 +18,8 @@ import pytest
 
 from miles_ray.adapters import ray_jobs, state
 from miles_ray.adapters.local_ray.supervisor import LocalSupervisor
+from miles_ray.adapters.supervisor_program import write_program
+from miles_ray.core.supervision import parse_events
 from tests.conftest import REPO
 from tests.infra.fixtures import poll
 
@@ -194,8 +196,13 @@ def test_a_supervisor_killed_and_started_again_adopts_the_running_attempt(world,
     handle = LocalSupervisor(run, where)
     os.kill(where["pid"], signal.SIGKILL)
     poll("the supervisor to be gone", lambda: handle.alive() is False, 30)
-    spec = json.loads(handle.spec_path.read_text())
-    again = handle.start(spec)  # the same spec: as a restarted pod would
+    # submit of the same run (as after this machine rebooted) starts it again with the same spec: it adopts
+    code, out, err = cli(*submit_args(world, run, env={"MILESRAY_TEST_STEP_SECONDS": "0.6"}))
+    assert code == 0, err
+    resubmitted = json.loads(out)
+    assert resubmitted["created"] is False and "started it again" in resubmitted["warnings"][0]
+    again = json.loads(handle.spec_path.parent.joinpath("process.json").read_text())
+    assert again["pid"] != where["pid"] and handle.alive() is True
     rss = poll("the restarted supervisor to adopt the attempt", lambda: [
         e for e in handle.events() if e["event"] == "attempt_started" and e.get("adopted")] and _rss_mib(again["pid"]),
         60)
@@ -210,3 +217,23 @@ def test_a_supervisor_killed_and_started_again_adopts_the_running_attempt(world,
     assert len(run_jobs(world, run)) == 1  # never two drivers
     [steps] = steps_by_attempt(world, run)
     assert steps == list(range(TARGET))
+
+
+@pytest.mark.parametrize("token, said", [(None, "HTTP 401 (no token"), ("0" * 64, "HTTP 403 (a wrong token")])
+def test_the_supervisor_fails_at_once_when_the_head_refuses_its_token(env, tmp_path, token, said):
+    """The shipped program against the session's real head (token auth): no token, or a wrong one -> its finished
+    event says so and it exits 1 without waiting; nothing is submitted."""
+    program = write_program(tmp_path / "program")
+    token_file = None
+    if token:
+        token_file = tmp_path / "token"
+        token_file.write_text(token)
+    spec = {"run": "refused", "head_url": env.address, "submission_id": "miles-ray-refused-x", "max_restarts": 0,
+            "first_job": {"entrypoint": "true"}, "token_file": str(token_file) if token_file else None}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, "-I", str(program), "--spec", str(tmp_path / "spec.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    [done] = [e for e in parse_events(proc.stdout) if e["event"] == "finished"]
+    assert done["status"] == "FAILED" and said in done["reason"]
+    assert not [j for j in ray_jobs.list_jobs(env.address) if (j["job_id"] or "").startswith("miles-ray-refused")]

@@ -283,3 +283,4 @@ def test_a_job_lost_with_its_head(program, job, attempt_head, lost):
     said = program.lost_with_head(job, head, attempt_head)
     assert (said is None) if lost is None else (lost in said)
     assert program.lost_with_head(job, program.head_of(NODES[1:]), attempt_head) is None  # no head ALIVE yet
+

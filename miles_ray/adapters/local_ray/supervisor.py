@@ -69,6 +69,15 @@ class LocalSupervisor:
         state.atomic_write_json(self.dir / "process.json", {"pid": proc.pid, "start_ticks": ticks})
         return {"dir": str(self.dir), "pid": proc.pid, "start_ticks": ticks}
 
+    def restart(self) -> bool:
+        """Start the supervisor again with the spec it was started with, when it is not running (it adopts the
+        attempt that runs, or carries the run on). False: it runs, or it was never started here."""
+        spec = state.read_json(self.spec_path)
+        if self.alive() is not False or not spec:
+            return False
+        self.start(spec)
+        return True
+
     def _process(self) -> dict[str, Any] | None:
         return state.read_json(self.dir / "process.json")
 

@@ -116,6 +116,17 @@ class SupervisedRun:
                             entrypoint=job.entrypoint, status="PENDING",
                             max_restarts=record["supervisor"].get("max_restarts"))
 
+    def revive(self) -> bool:
+        """Start the run's supervisor again when it is gone before the run finished or was stopped (this machine
+        rebooted, the process was killed): it adopts the running attempt or carries the run on. A handle without
+        ``restart`` (a Kubernetes Job restarts its own pod) is left alone. True when it was started again."""
+        handle = handle_for(self.record)
+        restart = getattr(handle, "restart", None)
+        _, _, final = self._events()
+        if restart is None or final is not None or (self.record.get("supervisor") or {}).get("stopped_at"):
+            return False
+        return bool(restart())
+
     # -- reading ------------------------------------------------------------------------------------------------
     def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
         handle = handle_for(self.record)
