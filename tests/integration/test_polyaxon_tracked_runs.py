@@ -289,3 +289,34 @@ def test_a_run_stopped_in_polyaxon_stops_its_ray_job(env, cli):
         time.sleep(1)
     assert status == "STOPPED", out
     assert runs.run(uuid)["status"] == "stopped"
+
+
+def test_a_supervisor_started_again_reports_each_line_once(env, cli):
+    """The run's supervisor is killed mid-run (SIGKILL: a reboot, the OOM killer); submitting the run again starts it
+    again, it adopts the running attempt and re-reads its log from the start: Polyaxon still has each log line and
+    each metric point once, and the run SUCCEEDED."""
+    args = submit_args(env, "px-again", "--env", "MILESRAY_TEST_FAKE_ROLLOUT_SECONDS=0.5")
+    code, out, err = cli(*args)
+    assert code == 0, err
+    rec = state_of("px-again")
+    uuid = rec["polyaxon_run_uuid"]
+    runs = tracked(env)
+    deadline = time.monotonic() + 120
+    while len(runs.logs(uuid)) < 10:  # its reporter has uploaded some lines
+        assert time.monotonic() < deadline, runs.run(uuid)
+        time.sleep(1)
+    pid = int(rec["supervisor"]["where"]["pid"])
+    os.kill(pid, signal.SIGKILL)  # started by this test's submit (the CLI runs in this process): its child
+    os.waitpid(pid, 0)
+    code, out, err = cli(*args)
+    assert code == 0, err
+    px = check_polyaxon_run(env, "px-again")
+    from miles_ray.adapters import state
+
+    import urllib.request
+
+    req = urllib.request.Request(f"{env['cluster'].address}/api/jobs/{state.load_record('px-again')['submission_id']}"
+                                 "/logs", headers=env["cluster"].headers())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        printed_lines = [line for line in json.loads(r.read())["logs"].splitlines() if line.strip()]
+    assert runs.logs(uuid) == printed_lines and px["status"] == "succeeded"
