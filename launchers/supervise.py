@@ -21,7 +21,7 @@ STOPPED attempt is never followed by another (that is how ``miles-ray stop RUN``
 
 Standard library only (Ray's images and Polyaxon's sidecar have python3, nothing of ours): it imports
 ``supervision.py`` and ``metrics.py`` (miles_ray/core's, shipped beside it by
-``miles_ray.adapters.supervisor_program``) from its own directory. An optional reporter (``polyaxon_reporter.py`` beside it) is loaded only when the spec has a ``polyaxon``
+``miles_ray.adapters.supervisor_program``) from its own directory. An optional reporter (``polyaxon_report.py`` beside it) is loaded only when the spec has a ``polyaxon``
 section: see :func:`load_reporter`.
 """
 
@@ -166,15 +166,15 @@ def lost_with_head(job: dict[str, Any], head: dict[str, Any], attempt_head: str 
 
 def load_reporter(spec: sv.SupervisorSpec) -> Any:
     """THE HOOK POINT for reporting elsewhere: with a ``polyaxon`` section in the spec, the object made by
-    ``polyaxon_reporter.make_reporter(spec)`` (a module shipped beside this file) gets ``attempt_started(event)``,
+    ``polyaxon_report.make_reporter(spec)`` (a module shipped beside this file) gets ``attempt_started(event)``,
     ``log_chunk(attempt, text)``, ``attempt_ended(event)`` and ``finished(event)``. None without that section. A
     reporter that fails is said on stderr and never stops the supervisor."""
     if not spec.polyaxon:
         return None
     try:
-        import polyaxon_reporter  # type: ignore[import-not-found]
+        import polyaxon_report  # type: ignore[import-not-found]
 
-        return polyaxon_reporter.make_reporter(spec)
+        return polyaxon_report.make_reporter(spec)
     except Exception as e:  # noqa: BLE001 - reporting is best effort
         print(f"supervise.py: no Polyaxon reporter ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
         return None

@@ -7,6 +7,12 @@ and a name nobody uses (delete it). tests/unit/test_dead_code.py checks that eve
 (vulture reports it without this file) and that vulture with this file reports nothing.
 """
 
+# -- the run supervisor's reporter (launchers/polyaxon_report.py) ------------------------------------------------
+# launchers/supervise.py calls the reporter's hooks by name (getattr(reporter, "attempt_started") ...).
+_.attempt_started
+_.attempt_ended
+_.log_chunk
+
 # -- Typer / click ----------------------------------------------------------------------------------------------
 # The verbs' command functions: cli/app.py VERBS names each by string ("plan" -> ("plan", "plan_cmd", ...)) and
 # imports its module with importlib when the verb runs; Typer calls the function.

@@ -12,7 +12,7 @@ import miles_ray
 PROGRAM = "supervise.py"
 MODULES = ("supervision.py", "metrics.py")  # from miles_ray/core, imported by supervise.py from its own dir
 # shipped too when present beside supervise.py: the reporter supervise.py loads for a spec with a polyaxon section
-OPTIONAL = ("polyaxon_reporter.py",)
+OPTIONAL = ("polyaxon_report.py",)
 
 
 def _program_path() -> Path:

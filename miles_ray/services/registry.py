@@ -19,7 +19,8 @@ train.py command line, see :func:`miles_ray.core.runs.run_checkpoints`); a recor
 falls back to ``<output_dir>/checkpoints``; a run that saves none is refused.
 
 Polyaxon side (polyaxon 2.18 ``ProjectClient.register_model_version``): with a Polyaxon run uuid in the
-run record, the checkpoint (and HF dir) are first logged as MODEL lineage on that run, then the version
+run record (every run on a Polyaxon-made cluster has one, in its cluster's project, where it is then registered:
+see :mod:`miles_ray.services.runs.polyaxon_tracked`; a launcher run's Polyaxon job too), the checkpoint (and HF dir) are first logged as MODEL lineage on that run, then the version
 is registered with ``run=<uuid>`` and ``artifacts=[those lineage names]``; without one (a run submitted
 straight to Ray), the version carries no Polyaxon run link and the source run name, artifact paths and
 provenance go into its description and ``content`` (JSON).
@@ -198,9 +199,9 @@ def register(cfg: MilesRayConfig, run: str, iteration: int, *, version: str | No
              kubeconfig: str | None = None) -> RegisterResult:
     """Register checkpoint ``iteration`` of ``run`` as a model version in the Polyaxon registry ``cfg`` names (see
     the module doc); ``kube_context``/``kubeconfig`` override what the run's record kept."""
-    host, owner, project = polyaxon_target(cfg)
-    version = _check_request(run, iteration, version, tags, host)
     record = state.load_record(run)
+    host, owner, project = polyaxon_target(cfg, record)
+    version = _check_request(run, iteration, version, tags, host)
     api = PolyaxonApi(host)
     root = checkpoint_root(record)
     ckpt = checkpoint_dir(root, iteration)
@@ -289,6 +290,10 @@ def register(cfg: MilesRayConfig, run: str, iteration: int, *, version: str | No
         artifacts=artifacts, lineage=lineage, tags=all_tags, checked=checked, registered=back, note=NOT_A_GATE)
 
 
-def polyaxon_target(cfg: MilesRayConfig) -> tuple[str | None, str, str]:
-    """(host, owner, project) of the model registry: the configuration's, the host else $POLYAXON_HOST."""
+def polyaxon_target(cfg: MilesRayConfig, record: dict[str, Any] | None = None) -> tuple[str | None, str, str]:
+    """(host, owner, project) of the model registry: a run with a Polyaxon run of its own (on a Polyaxon-made
+    cluster) registers in that run's project, on its host, so the version links to it; any other run: the
+    configuration's, the host else $POLYAXON_HOST."""
+    if record and record.get("polyaxon_tracked") and record.get("polyaxon_project"):
+        return record.get("polyaxon_host"), record.get("polyaxon_owner") or "default", record["polyaxon_project"]
     return (cfg.polyaxon_host or os.environ.get("POLYAXON_HOST")), cfg.polyaxon_owner, cfg.polyaxon_project

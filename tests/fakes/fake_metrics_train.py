@@ -16,7 +16,8 @@ Every ``--save-interval`` rollouts it creates ``<save>/iter_<rollout_id + 1:07d>
 and ``<save>/latest_checkpointed_iteration.txt``, as Megatron does.
 
 Values: the eval score climbs linearly to ``$MILESRAY_TEST_FAKE_EVAL_FINAL`` (default 0.4), the reward to
-``$MILESRAY_TEST_FAKE_REWARD_FINAL`` (default 0.5). ``$MILESRAY_TEST_FAKE_TRAIN_EXIT`` sets the exit code.
+``$MILESRAY_TEST_FAKE_REWARD_FINAL`` (default 0.5). ``$MILESRAY_TEST_FAKE_TRAIN_EXIT`` sets the exit code;
+``$MILESRAY_TEST_FAKE_ROLLOUT_SECONDS`` (default 0) how long each rollout takes (a run that is still running).
 Standard library only.
 """
 
@@ -62,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     reward_final = float(os.environ.get("MILESRAY_TEST_FAKE_REWARD_FINAL", "0.5"))
     print(f"STAND-IN train.py (tests/fakes/fake_metrics_train.py): {num_rollout} rollouts, save {save} every "
           f"{save_interval}, eval {evals} every {eval_interval}", flush=True)
+    pause = float(os.environ.get("MILESRAY_TEST_FAKE_ROLLOUT_SECONDS", "0") or 0)
     for rid in range(num_rollout):
+        if pause:
+            time.sleep(pause)
         frac = (rid + 1) / num_rollout
         reward = round(reward_final * frac, 6)
         _log("rollout.py:88", f"perf {rid}: {{'rollout/episode_raw_reward': {reward}, "

@@ -154,7 +154,8 @@ class PolyaxonBackend:
         raycluster = f"plx-operation-{uuid}"
         kc.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": raycluster, "namespace": cfg.namespace,
                              "context": cfg.kube_context, "polyaxon_uuid": uuid,
-                             "polyaxon_project": cfg.polyaxon_project, "polyaxon_owner": cfg.polyaxon_owner},
+                             "polyaxon_project": cfg.polyaxon_project, "polyaxon_owner": cfg.polyaxon_owner,
+                             "polyaxon_host": client.host},
                        ray_token_secret(cfg))
         result.update(created=True, polyaxon_uuid=uuid, raycluster=raycluster)
         say(progress, f"created Polyaxon operation {uuid} in {cfg.polyaxon_owner}/{cfg.polyaxon_project}")

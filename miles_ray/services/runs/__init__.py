@@ -27,6 +27,7 @@ from miles_ray.core.heads import parse_head
 from miles_ray.core.runs import RunStatus, SavedCopySource, Stopped
 from miles_ray.core.results import Result
 from miles_ray.core.submission import SubmitJob
+from miles_ray.services.runs import polyaxon_tracked
 from miles_ray.services.runs.polyaxon_job import PolyaxonJob
 from miles_ray.services.runs.ray_job import RayJob
 from miles_ray.services.runs.supervised import SupervisedRun
@@ -95,8 +96,12 @@ def run_logs(run: str, follow: bool, *, kube_context: str | None = None, kubecon
 
 def run_stop(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None,
              wait_timeout: float | None = 60) -> Stopped:
-    """Stop the run's job; unless ``wait_timeout`` is None wait until it has ended (a Ray job)."""
-    return backend_for(state.load_record(run), kube_context=kube_context, kubeconfig=kubeconfig).stop(wait_timeout)
+    """Stop the run's job; unless ``wait_timeout`` is None wait until it has ended (a Ray job). A run with a Polyaxon
+    run of its own (on a Polyaxon-made cluster) has that stopped too."""
+    record = state.load_record(run)
+    stopped = backend_for(record, kube_context=kube_context, kubeconfig=kubeconfig).stop(wait_timeout)
+    polyaxon_tracked.stop(record)
+    return stopped
 
 
 def run_namespace(record: dict[str, Any]) -> str | None:

@@ -30,7 +30,7 @@ from miles_ray.services.check_data import check_data as run_data_check
 from miles_ray.services.heads import recorded_head_auth, resolve_address
 from miles_ray.services.miles_version import check_image_miles
 from miles_ray.services.probes import launchers_dir, payload_python
-from miles_ray.services.runs import backend_for
+from miles_ray.services.runs import backend_for, polyaxon_tracked
 from miles_ray.services.runs.polyaxon_job import launcher_as_polyaxon_job
 from miles_ray.services.runs.ray_job import RayJob, job_or_none
 from miles_ray.services.runs.supervised import SupervisedRun, supervisor_kinds
@@ -267,6 +267,7 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
         if job.reconcile_error is not None:
             raise job.reconcile_error
 
+    home = polyaxon_tracked.preflight(cfg, job, progress)  # the cluster's Polyaxon project, before any Ray job
     topology = ray_jobs.cluster_topology(url)
     problems = check_topology(topology, job.plan)
     started = _now()
@@ -301,7 +302,13 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
     if job.kind == "launcher-exec":  # the upstream launcher replaces this process: only its record is written here
         state.create_record(job.record)
         return LauncherExec(run=job.run, record=job.record, address=job.in_cluster_address, launcher=True)
-    out = backend_for(job.record, url=url, cfg=cfg).submit(job)
+    if home is not None:  # a run on a Polyaxon-made cluster is a Polyaxon run (services/runs/polyaxon_tracked.py)
+        job = polyaxon_tracked.track(job, home, progress)
+    try:
+        out = backend_for(job.record, url=url, cfg=cfg).submit(job)
+    except BaseException:
+        polyaxon_tracked.untrack(job.record)
+        raise
     if version is not None:
         out.miles_version = version.record()
         out.miles_notice = miles_version.notice(version, cfg.miles_root)

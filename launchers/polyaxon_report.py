@@ -1,0 +1,319 @@
+"""The run supervisor's Polyaxon reporter: keeps a Miles run's Polyaxon run current, from where the supervisor
+runs (on the cluster), through Polyaxon's own client.
+
+The Polyaxon run was created by ``miles-ray submit`` as a NON-MANAGED run (``is_managed=False``: a record that a
+client keeps up to date through the API; no agent, no pod). The Miles image has no ``polyaxon`` package, so the
+Miles job itself logs nothing to Polyaxon: this reporter runs in the supervisor (``launchers/supervise.py``), which
+runs where ``polyaxon`` is importable (Polyaxon's sidecar image on Kubernetes, the venv's python on the embedded
+cluster), and reports what the supervisor sees:
+
+* status: ``running`` when an attempt starts (its number and Ray submission id in the message), ``retrying``
+  between attempts, and at the end ``succeeded`` / ``failed`` / ``stopped`` (``RunClient.log_status``);
+* the job's driver logs, line by line, as the run's logs (traceml's ``LogsFileWriter``, uploaded to the run's
+  artifacts through the streams API, which is where Polyaxon serves a run's logs from);
+* the ``step`` / ``rollout`` / ``eval`` / ``perf`` lines Miles prints, read by the parser ``miles-ray runs compare``
+  uses (``metrics.py``, shipped beside the supervisor), as Polyaxon metrics (``tracking`` ``Run.log_metrics``, the
+  step being the line's id), and their last values as the run's outputs (what Polyaxon's comparison table shows);
+* the checkpoint directory as an output lineage artifact (``log_artifact_ref``, kind ``dir``).
+
+And the other way: a Polyaxon run stopped in Polyaxon (its UI, ``polyaxon ops stop``) has the current attempt's Ray
+job stopped (checked at each upload, i.e. while the job prints), as ``miles-ray stop`` does; the supervisor never
+starts another attempt of a stopped run.
+
+Its spec (the supervisor spec's ``polyaxon`` section): ``host``, ``owner``, ``project``, ``run_uuid``; optional
+``token_file`` (a Polyaxon API token, else ``$POLYAXON_AUTH_TOKEN``), ``checkpoint_dir``, ``work_dir`` (where the
+event and log files are written before upload; default ``polyaxon/`` in the supervisor's working directory),
+``upload_seconds`` (default 10).
+A failing Polyaxon call never stops the run: the reporter says so on stderr and carries on.
+
+Standard library + ``polyaxon`` only (imports nothing of miles_ray).
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from typing import Any, Mapping
+
+
+
+def _metrics_parser() -> Any:
+    """The parser ``runs compare`` uses (``miles_ray/core/metrics.py``): the copy shipped beside the supervisor,
+    else the installed package's (the embedded cluster's venv)."""
+    for name in ("metrics", "miles_ray.core.metrics"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "METRIC_LINE") and hasattr(module, "parse_dict"):
+            return module
+    return None
+
+
+PARSER = _metrics_parser()
+
+REQUIRED = ("host", "owner", "project", "run_uuid")
+PX_STATUS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
+REASON = "MilesRaySupervisor"
+
+
+def _warn(message: str) -> None:
+    print(f"polyaxon reporter: {message}", file=sys.stderr, flush=True)
+
+
+class PolyaxonReporter:
+    """What the supervisor calls (``launchers/supervise.py``'s hook): :meth:`attempt_started`, :meth:`log_chunk`
+    with each new piece of an attempt's driver log, :meth:`attempt_ended`, :meth:`finished`."""
+
+    def __init__(self, section: Mapping[str, Any]) -> None:
+        missing = [k for k in REQUIRED if not section.get(k)]
+        if missing:
+            raise ValueError(f"the spec's polyaxon section lacks {', '.join(missing)}")
+        from polyaxon._constants.globals import NO_AUTH
+        from polyaxon._schemas.client import ClientConfig
+        from polyaxon.client import PolyaxonClient, RunClient
+        from polyaxon import tracking
+
+        self.uuid = str(section["run_uuid"])
+        self.checkpoint_dir = section.get("checkpoint_dir") or None
+        self.head_url = str(section.get("head_url") or "").rstrip("/") or None
+        self.token_file = section.get("token_file") or None
+        self.current_job: str | None = None  # the Ray job of the attempt running now
+        self.stop_asked = False
+        self.upload_seconds = float(section.get("upload_seconds") or 10)
+        token = os.environ.get("POLYAXON_AUTH_TOKEN")
+        if section.get("token_file"):
+            with open(section["token_file"]) as fh:
+                token = fh.read().strip()
+        config = ClientConfig(host=str(section["host"]).rstrip("/"), token=token, timeout=20)
+        client = PolyaxonClient(config=config, token=token or NO_AUTH)
+        owner, project = str(section["owner"]), str(section["project"])
+        self.rc = RunClient(owner=owner, project=project, run_uuid=self.uuid, client=client,
+                            manual_exceptions_handling=True)
+        self.path = _work_dir(section.get("work_dir"), self.uuid)
+        # Polyaxon's tracking client on the existing (non-managed) run: its event writer for the metrics, no
+        # code/env/log capture of this process (the logs are the Miles job's, given to logs())
+        self.run = tracking.init(owner=owner, project=project, run_uuid=self.uuid, client=client, track_code=False,
+                                 track_env=False, track_logs=False, artifacts_path=self.path,
+                                 collect_artifacts=False, collect_resources=False)
+        self.run.set_run_event_logger()
+        from traceml.serialization.writer import LogsFileWriter
+
+        self.log_writer = LogsFileWriter(run_path=self.path)
+        self.last: dict[str, float] = {}
+        self.partial: dict[int, str] = {}
+        # characters of each attempt's log given so far, and those already written here by an earlier reporter of
+        # this run (a supervisor started again re-reads each attempt's log from its start)
+        self.seen: dict[int, int] = {}
+        self.offsets_path = self.path + ".offsets.json"
+        self.written = _read_offsets(self.offsets_path)
+        self.next_upload = time.monotonic() + self.upload_seconds
+        self.closed = False
+        self.final: str | None = None
+        atexit.register(self.close)  # a supervisor ended by a signal (stop RUN) still ships what it has written
+
+    # -- the supervisor's events ----------------------------------------------------------------------------
+
+    def attempt_started(self, ev: Mapping[str, Any]) -> None:
+        self.event(ev)
+
+    def attempt_ended(self, ev: Mapping[str, Any]) -> None:
+        self.event(ev)
+
+    def finished(self, ev: Mapping[str, Any]) -> None:
+        self.event(ev)
+
+    def log_chunk(self, attempt: int, text: str) -> None:
+        start = self.seen.get(attempt, 0)
+        self.seen[attempt] = start + len(text)
+        done = self.written.get(attempt, 0)
+        if start < done:  # written by the reporter before this one (its files are still here)
+            for line in text[:done - start].split("\n"):
+                self._metrics(line, log=False)  # (their last values are still the run's outputs)
+            text = text[done - start:]
+        self.logs(text, attempt)
+
+    def event(self, ev: Mapping[str, Any]) -> None:
+        kind = ev.get("event")
+        try:
+            if kind == "attempt_started":
+                self.current_job = ev.get("submission_id") or self.current_job
+                self._status("running", f"attempt {ev.get('attempt')} (Ray job {ev.get('submission_id')})"
+                             + (f", resuming from {ev['resumed_from']}" if ev.get("resumed_from") else ""))
+                self.rc.log_outputs(async_req=False, attempts=int(ev.get("attempt") or 1))
+            elif kind == "attempt_ended" and ev.get("retry"):
+                self._status("retrying", f"attempt {ev.get('attempt')} ended {ev.get('status')}: "
+                                         f"{ev.get('reason')}; {ev.get('why')}")
+            elif kind == "finished":
+                self.finish(str(ev.get("status") or "FAILED"), ev.get("reason") or ev.get("why"))
+        except Exception as e:  # noqa: BLE001 - Polyaxon being unwell never stops the run
+            _warn(f"could not report {kind}: {e}")
+
+    def _status(self, status: str, message: str | None) -> None:
+        pending = self.rc.log_status(status, reason=REASON, message=(message or "")[:1000] or None)
+        if hasattr(pending, "get"):  # the client sends a status in the background: wait for its answer
+            pending.get(timeout=60)
+
+    # -- the driver's logs ----------------------------------------------------------------------------------
+
+    def logs(self, text: str, attempt: int = 1, node: str | None = None) -> None:
+        """New text of an attempt's driver log: its complete lines become Polyaxon log lines, and the metric lines
+        among them Polyaxon metrics (an incomplete last line waits for the rest)."""
+        if self.closed or not text:
+            return
+        text = self.partial.pop(attempt, "") + text
+        lines = text.split("\n")
+        if lines[-1]:
+            self.partial[attempt] = lines[-1]
+        self._lines(lines[:-1], attempt, node)
+        if time.monotonic() >= self.next_upload:
+            self.upload()
+
+    def _lines(self, lines: list[str], attempt: int, node: str | None) -> None:
+        from traceml.logging import V1Log
+
+        now = _dt.datetime.now(_dt.timezone.utc)
+        for line in lines:
+            if line.strip():
+                # the time given, so Polyaxon keeps the line as printed (it would cut a time out of the text)
+                self.log_writer.add_event(V1Log.process_log_line(value=line.rstrip("\r"), timestamp=now, node=node,
+                                                                 pod=None, container=f"attempt-{attempt}"))
+            self._metrics(line)
+
+    def _metrics(self, line: str, log: bool = True) -> None:
+        if PARSER is None or ": {" not in line:
+            return
+        m = PARSER.METRIC_LINE.search(line)
+        if not m:
+            return
+        values = PARSER.parse_dict(m.group(3))
+        if not values:
+            return
+        if log:
+            self.run.log_metrics(step=int(m.group(2)), **values)
+        self.last.update(values)
+
+    # -- shipping and the end -------------------------------------------------------------------------------
+
+    def upload(self) -> None:
+        """Write what is pending and upload the run's event and log files to its artifacts (the streams API)."""
+        self.next_upload = time.monotonic() + self.upload_seconds
+        try:
+            if not self.closed:
+                self.log_writer.flush()
+                self.run._event_logger.flush()
+            self.run.upload_artifacts_dir(dirpath=self.path, path="", overwrite=True, relative_to=self.path)
+            self._follow_a_stop()
+            written = {a: n - len(self.partial.get(a, "")) for a, n in self.seen.items()}
+            with open(self.offsets_path, "w") as fh:
+                json.dump({str(a): max(n, self.written.get(a, 0)) for a, n in written.items()}, fh)
+        except Exception as e:  # noqa: BLE001
+            _warn(f"could not upload logs and metrics: {e}")
+
+    def _follow_a_stop(self) -> None:
+        """The Polyaxon run was stopped in Polyaxon (its UI, ``polyaxon ops stop``) while the run goes on: stop the
+        current attempt's Ray job, as ``miles-ray stop`` does; the supervisor then sees it STOPPED and never starts
+        another attempt."""
+        if self.final is not None or self.stop_asked or not (self.head_url and self.current_job):
+            return
+        self.rc.refresh_data()
+        status = str(getattr(self.rc.run_data.status, "value", self.rc.run_data.status) or "")
+        if status not in ("stopping", "stopped"):
+            return
+        headers = {"Content-Type": "application/json"}
+        if self.token_file:
+            with open(self.token_file, encoding="utf-8") as fh:
+                headers["Authorization"] = f"Bearer {fh.read().strip()}"
+        url = f"{self.head_url}/api/jobs/{urllib.parse.quote(self.current_job)}/stop"
+        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST", headers=headers),
+                                    timeout=30):
+            pass
+        self.stop_asked = True
+        _warn(f"the Polyaxon run was {status} in Polyaxon: stopped Ray job {self.current_job}")
+
+    def finish(self, status: str, message: str | None = None) -> None:
+        """The run ended (``status``: SUCCEEDED, FAILED or STOPPED): the rest of its logs and metrics, its final
+        metric values as outputs, its checkpoint lineage, then its final status."""
+        if self.final is not None:
+            return
+        self.final = status
+        for attempt, rest in sorted(self.partial.items()):
+            self._lines([rest], attempt, None)
+        self.partial.clear()
+        self.close()
+        from polyaxon._utils.fqn_utils import to_fqn_name
+        from polyaxon.schemas import V1ArtifactKind
+
+        try:
+            if self.last:
+                self.rc.log_outputs(async_req=False, **{to_fqn_name(k): v for k, v in self.last.items()})
+            if self.checkpoint_dir:
+                summary = {"checkpoint_dir": self.checkpoint_dir, "latest_iteration": _latest_iteration(self.checkpoint_dir)}
+                self.rc.log_artifact_ref(path=self.checkpoint_dir, kind=V1ArtifactKind.DIR, name="checkpoints",
+                                         summary=summary, is_input=False, skip_hash_calculation=True)
+        except Exception as e:  # noqa: BLE001
+            _warn(f"could not log outputs and lineage: {e}")
+        try:
+            self._status(PX_STATUS.get(status, "failed"), message)
+        except Exception as e:  # noqa: BLE001
+            _warn(f"could not log the final status {status}: {e}")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.log_writer.close()
+            self.run._event_logger.close()
+        except Exception as e:  # noqa: BLE001
+            _warn(f"could not write the last logs and metrics: {e}")
+        self.closed = True
+        self.upload()
+
+
+def _work_dir(given: str | None, uuid: str) -> str:
+    """Where the run's event and log files are written before upload: ``work_dir``, else ``polyaxon/`` in the
+    supervisor's directory (its working directory), else a temp dir."""
+    for base in (given, "polyaxon"):
+        if base:
+            try:
+                os.makedirs(os.path.join(base, uuid), exist_ok=True)
+                return os.path.abspath(os.path.join(base, uuid))
+            except OSError:
+                continue
+    return os.path.join(tempfile.mkdtemp(prefix="miles-ray-polyaxon-"), uuid)
+
+
+def _read_offsets(path: str) -> dict[int, int]:
+    try:
+        with open(path) as fh:
+            return {int(k): int(v) for k, v in json.load(fh).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _latest_iteration(checkpoint_dir: str) -> str | None:
+    """Megatron's ``latest_checkpointed_iteration.txt`` where this process can read it (None elsewhere)."""
+    try:
+        with open(os.path.join(checkpoint_dir, "latest_checkpointed_iteration.txt")) as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def make_reporter(spec: Any) -> PolyaxonReporter:
+    """The reporter of a supervisor spec (its ``polyaxon`` section; the run's checkpoint dir when the section does
+    not name one; the Ray head and its token file, to stop the run's job when its Polyaxon run is stopped): what
+    the supervisor loads."""
+    section = dict(spec if isinstance(spec, Mapping) else spec.polyaxon or {})
+    for key in ("checkpoint_dir", "head_url", "token_file"):
+        if not section.get(key) and getattr(spec, key, None):
+            section[key] = getattr(spec, key)
+    return PolyaxonReporter(section)
