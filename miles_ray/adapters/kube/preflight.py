@@ -99,10 +99,11 @@ def run_pod_once(api_client, pod: dict[str, Any], timeout: float, on_wait: Calla
                 return f"TimedOut after {timeout:.0f}s ({last})", ""
             time.sleep(poll)
         try:
-            log = core.read_namespaced_pod_log(name, namespace)
+            # the raw bytes: the client's own decoding of a log turns it into the repr of bytes
+            log = core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode("utf-8", "replace")
         except Exception as e:  # noqa: BLE001
             raise api_error(e, f"read the log of pod {namespace}/{name}") from None
-        return phase, log or ""
+        return phase, log
     finally:
         try:
             core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
