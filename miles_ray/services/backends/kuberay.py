@@ -19,6 +19,7 @@ from miles_ray.services.backends.idle import park_gate
 from miles_ray.services.backends.results import KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp, ParkResult
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+DOWN_GCS_FT_TIMEOUT = 420.0  # down's wait for a GCS fault-tolerant RayCluster (KubeRay's Redis cleanup Job)
 GCS_FT_PROBE_TIMEOUT = 300.0  # at most this long for the Redis probe pod (its image may have to be pulled first)
 
 
@@ -253,7 +254,12 @@ class KubeRayBackend:
             out.update(kubernetes=False, already_down=True)
             return out
         saved = kc.save_runs(cfg)
-        kc.delete_raycluster(cfg, kc.client(cfg), name, out, wait=True, timeout=120, missing_ok=True)
+        api = kc.client(cfg)
+        live = kube.RayClusters(api).get(cfg.namespace, name) or {}
+        # with GCS fault tolerance KubeRay's finalizer first waits for the head pod to go, then empties the Redis
+        # with a Job (in the Ray image, 200m CPU, at most 300 s) before the RayCluster goes
+        timeout = DOWN_GCS_FT_TIMEOUT if (live.get("spec") or {}).get("gcsFaultToleranceOptions") else 120
+        kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=timeout, missing_ok=True)
         state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
         if not out.deleted:
             out.already_down = True
