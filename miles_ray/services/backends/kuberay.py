@@ -256,10 +256,14 @@ class KubeRayBackend:
         saved = kc.save_runs(cfg)
         api = kc.client(cfg)
         live = kube.RayClusters(api).get(cfg.namespace, name) or {}
-        # with GCS fault tolerance KubeRay's finalizer first waits for the head pod to go, then empties the Redis
-        # with a Job (in the Ray image, 200m CPU, at most 300 s) before the RayCluster goes
-        timeout = DOWN_GCS_FT_TIMEOUT if (live.get("spec") or {}).get("gcsFaultToleranceOptions") else 120
-        kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=timeout, missing_ok=True)
+        # With GCS fault tolerance KubeRay's finalizer first deletes the pods and waits for the head's to go, then
+        # empties the Redis with a Job (in the Ray image, 200m CPU, at most 300 s) before the RayCluster goes. That
+        # Job is the RayCluster's dependent and reads the cluster's Secrets: a foreground deletion would have the
+        # garbage collector delete it (and the token Secret) again and again until KubeRay gives up after 300 s,
+        # leaving Ray's state in the Redis. So such a cluster is deleted in the background.
+        ft = bool((live.get("spec") or {}).get("gcsFaultToleranceOptions"))
+        kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=DOWN_GCS_FT_TIMEOUT if ft else 120,
+                             missing_ok=True, propagation="Background" if ft else "Foreground")
         state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
         if not out.deleted:
             out.already_down = True
