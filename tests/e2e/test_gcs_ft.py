@@ -3,7 +3,8 @@ container runs, so whether a Redis answers is the real-pod tier's, tests/realpod
 
 * the RayCluster ``render -F kuberay --gcs-ft ...`` prints is stored by the API server as rendered (nothing pruned)
   and KubeRay reconciles it as GCS fault tolerant (its Redis cleanup finalizer, the head's ``ray.io/ft-enabled``
-  annotation and ``RAY_REDIS_ADDRESS``, the password by reference);
+  annotation and ``RAY_REDIS_ADDRESS``, the password by reference); ``down`` lets KubeRay's Redis cleanup Job run
+  once to completion before the RayCluster goes (kwok completes a Job's pod);
 * ``up --dry-run server`` runs the preflight (the installed CRD knows the field; the Secret is there) and the API
   server's dry run of the create, without a probe pod;
 * ``up`` naming a password Secret that does not exist: one line, exit 2, nothing created (no RayCluster, no pod).
@@ -59,11 +60,27 @@ def test_kuberay_accepts_and_reconciles_the_rendered_gcs_ft(kube_env, cli, core_
         env = {e.name: e for e in head.spec.containers[0].env}
         assert env["RAY_REDIS_ADDRESS"].value == "redis.infra.svc.cluster.local:6379"
         assert "e2e-only" not in json.dumps(core_v1.api_client.sanitize_for_serialization(head.spec))
+
+        # down: KubeRay's finalizer deletes the pods, then runs its Redis cleanup Job (kwok completes a Job's pod),
+        # then lets the RayCluster go. down deletes such a cluster in the background: a foreground deletion has the
+        # garbage collector delete that Job again and again until KubeRay gives up (300 s, Redis not emptied)
+        code, out, err = cli("down", "-y", "--backend", "kubernetes", "--namespace", namespace, "--name",
+                             "ft-render", "-o", "json")
+        assert code == 0, err
+        res = json.loads(out)
+        assert res["deleted"] is True and not res.get("pods_remaining"), res
+        assert not custom_objects.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")["items"]
+        events = core_v1.list_namespaced_event(namespace, field_selector="involvedObject.name=ft-render").items
+        reasons = [e.reason for e in events]
+        assert "CreatedRedisCleanupJob" in reasons, reasons
+        created = [e for e in events if e.reason == "CreatedRedisCleanupJob"]
+        # one cleanup Job, run to completion (not deleted by the garbage collector and created again)
+        assert sum(e.count or 1 for e in created) == 1, [(e.message, e.count) for e in created]
     finally:
-        custom_objects.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "ft-render")
-        # kwok runs no container: KubeRay's Redis cleanup Job can never finish here, so its finalizer is lifted
-        custom_objects.patch_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "ft-render",
-                                                      {"metadata": {"finalizers": None}})
+        if custom_objects.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")["items"]:
+            custom_objects.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "ft-render")
+            custom_objects.patch_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "ft-render",
+                                                          {"metadata": {"finalizers": None}})
 
 
 def test_up_server_dry_run_with_gcs_ft(kube_env, cli, core_v1, custom_objects, namespace, shared_volume):
