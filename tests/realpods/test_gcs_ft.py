@@ -42,7 +42,7 @@ pytestmark = pytest.mark.real_pods
 NS = "miles-gcsft"
 NAME = "gcsft"
 GPUS = 2
-JOB_SECONDS = 60  # the driver's own length: it must outlast the head's loss and recovery (17-22 s measured here)
+JOB_SECONDS = 75  # the driver's own length: it must outlast the head's loss and recovery (17-22 s measured here)
 
 # the driver: attaches to Ray, prints a tick a second for JOB_SECONDS, then runs a Ray task (Ray usable again after
 # the head's loss) and says so
