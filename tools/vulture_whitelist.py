@@ -68,6 +68,9 @@ _._ray_auth_secret  # core/config.py
 _._env  # core/config.py
 _._secret_env  # core/config.py
 _._env_disjoint  # core/config.py
+_._gcs_ft  # core/config.py
+_._gcs_ft_password_secret  # core/config.py
+_._gcs_ft_complete  # core/config.py
 _._workers_have_cpus  # core/config.py
 _._relative_path  # core/recipes.py
 _._consistent  # core/recipes.py

@@ -160,6 +160,8 @@ class RayAuth(str, Enum):
 
 
 RayAuthOpt = Annotated[Optional[RayAuth], typer.Option("--ray-auth", help="Ray token authentication of the cluster: token (every request to Ray needs the cluster's token, which miles-ray keeps in a 0600 file locally or KubeRay in a Secret, and sends itself) or none (anyone who reaches the head can run code: warns) [default: token]", show_default=False)]
+GcsFtOpt = Annotated[Optional[str], typer.Option("--gcs-ft", metavar="redis://HOST:PORT", help="GCS fault tolerance (--via kuberay): a Redis the cluster's pods reach keeps the head's state, so losing the head pod does not restart the workers (KubeRay's gcsFaultToleranceOptions; up checks from the cluster that it answers). Not with --via polyaxon: Polyaxon 2.18's raycluster cannot carry it", show_default=False)]
+GcsFtPasswordOpt = Annotated[Optional[str], typer.Option("--gcs-ft-password-secret", metavar="NAME[:KEY]", help="with --gcs-ft: the Secret (in the cluster's namespace) holding the Redis password, key default 'password'; pods read it by reference. 'none': a Redis without a password", show_default=False)]
 AllowUnpinnedOpt = Annotated[Optional[bool], typer.Option("--allow-unpinned/--require-pinned", help="accept a tag-only image (warns)", show_default=False)]
 
 

@@ -12,9 +12,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt, NameOpt, NamespaceOpt,
-                                  NodesOpt, QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
-                                  RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, config_flags, err, warn)
+from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GcsFtOpt, GcsFtPasswordOpt, GpusOpt, ImageOpt,
+                                  LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, QueueOpt, RayAuthOpt, RayVersionOpt,
+                                  RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, config_flags,
+                                  err, warn)
 from miles_ray.core.builders import NO_AUTH_WARNING
 from miles_ray.core.config import MilesRayConfig, load_config
 from miles_ray.core.errors import ConfigError
@@ -101,6 +102,8 @@ def render_cmd(
     queue: QueueOpt = None,
     scheduler: SchedulerOpt = None,
     ray_auth: RayAuthOpt = None,
+    gcs_ft: GcsFtOpt = None,
+    gcs_ft_password_secret: GcsFtPasswordOpt = None,
     recipe_file: RecipeFileOpt = None,
     config: ConfigOpt = None,
     single_node: Annotated[bool, typer.Option("--single-node", help="start with one single-node job: one Polyaxon job running the upstream Miles launcher in one pod (no KubeRay, no --ray-version)")] = False,
@@ -127,7 +130,8 @@ def render_cmd(
                                    gpus_per_node=gpus_per_node, layout=layout, rollout_nodes=rollout_nodes,
                                    rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
                                    allow_unpinned=allow_unpinned, recipe_file=recipe_file,
-                                   queue=queue, scheduler=scheduler, ray_auth=ray_auth), config)
+                                   queue=queue, scheduler=scheduler, ray_auth=ray_auth,
+                                   gcs_ft=gcs_ft, gcs_ft_password_secret=gcs_ft_password_secret), config)
     kinds = FORMATS[format]
     if single_node:
         if kinds != (Document.operation,):  # the single-node job is rendered in place of the operation

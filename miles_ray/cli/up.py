@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt, NodesOpt, Output,
+from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, ConfigOpt, GcsFtOpt, GcsFtPasswordOpt, GpusOpt, ImageOpt, LayoutOpt, NodesOpt, Output,
                                   OutputOpt, QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
                                   RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, TimeoutOpt, emit, err, notices, out,
                                   progress_display, warn)
@@ -51,6 +51,8 @@ def up_cmd(
     queue: QueueOpt = None,
     scheduler: SchedulerOpt = None,
     ray_auth: RayAuthOpt = None,
+    gcs_ft: GcsFtOpt = None,
+    gcs_ft_password_secret: GcsFtPasswordOpt = None,
     recipe_file: RecipeFileOpt = None,
     timeout: TimeoutOpt = 600.0,
     config: ConfigOpt = None,
@@ -71,17 +73,24 @@ def up_cmd(
     file beside its state; on Kubernetes KubeRay's authOptions (KubeRay >= 1.6) with the token in a Secret, and
     by Secret reference on the Polyaxon path. Every miles-ray verb sends the token itself.
 
+    --gcs-ft redis://HOST:PORT (with --gcs-ft-password-secret NAME[:KEY]) keeps Ray's GCS state in that Redis:
+    when the head pod is lost, KubeRay starts a new one and the workers' raylets reconnect to it instead of
+    restarting, and jobs whose driver runs on a worker keep running. --via kuberay only (Polyaxon 2.18's
+    raycluster cannot carry it); before creating anything, up checks the Secret and runs a short-lived pod in
+    the namespace that must get PONG from the Redis.
+
     Examples:
 
     \b
       miles-ray up --backend local --nodes 4
       miles-ray up --nodes 4 --image radixark/miles:latest@sha256:<64 hex> --ray-version 2.60.0
       miles-ray up --single-node --image radixark/miles:latest@sha256:<64 hex>
+      miles-ray up --via kuberay --nodes 4 --gcs-ft redis://redis.infra.svc.cluster.local:6379 --gcs-ft-password-secret redis-auth
     """
     cfg = cluster.config(config, nodes=nodes, gpus_per_node=gpus_per_node, recipe=recipe, layout=layout,
                          rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
                          allow_unpinned=allow_unpinned, recipe_file=recipe_file, queue=queue, scheduler=scheduler,
-                         ray_auth=ray_auth)
+                         ray_auth=ray_auth, gcs_ft=gcs_ft, gcs_ft_password_secret=gcs_ft_password_secret)
     backend = cluster.backend
     if cfg.ray_auth == "none":
         warn(NO_AUTH_WARNING)
@@ -101,6 +110,9 @@ def up_cmd(
             + f" in {cfg.polyaxon_owner}/{cfg.polyaxon_project}"))
         return
     chosen = clusters.up_backend(cfg, backend.value, via.value, dry_run.value if dry_run else None)
+    if cfg.gcs_ft and chosen.on_this_machine:
+        raise ConfigError("--gcs-ft is for a KubeRay cluster: the local cluster's head and workers are processes "
+                          "of this machine", hint="drop --gcs-ft with --backend local")
     bounded = chosen.on_this_machine or (wait and not dry_run)
     if not chosen.on_this_machine:
         check_inputs(cfg)  # bad input (image, Ray version, split) fails here, before any progress line

@@ -256,7 +256,93 @@ def build_raycluster(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: s
     auth_options, _ = ray_auth(cfg, kuberay_managed=True)
     if auth_options is not None:
         doc["spec"]["authOptions"] = auth_options
+    gcs_ft = gcs_fault_tolerance(cfg)
+    if gcs_ft is not None:
+        doc["spec"]["gcsFaultToleranceOptions"] = gcs_ft
     return doc
+
+
+def gcs_fault_tolerance(cfg: MilesRayConfig) -> dict[str, Any] | None:
+    """KubeRay's ``spec.gcsFaultToleranceOptions`` (KubeRay >= 1.3) for ``gcs_ft``, or None: the Redis address
+    (HOST:PORT) and its password by reference to the Secret (``valueFrom.secretKeyRef``: never the value). KubeRay
+    then gives the head ``RAY_REDIS_ADDRESS`` and the workers a long GCS reconnect timeout, so a lost head's state
+    survives in Redis and the workers' raylets reconnect to the new head instead of exiting."""
+    address = cfg.gcs_ft_host_port
+    if address is None:
+        return None
+    options: dict[str, Any] = {"redisAddress": f"{address[0]}:{address[1]}"}
+    password = cfg.gcs_ft_password
+    if password is not None:
+        options["redisPassword"] = {"valueFrom": {"secretKeyRef": {"name": password[0], "key": password[1]}}}
+    return options
+
+
+REDIS_PROBE_PREFIX = "REDIS_PROBE"  # the first word of the probe pod's one line of output
+# What the probe pod runs (python3, stdlib only): AUTH (when a password is given) and PING against the Redis, a
+# few tries within ~15 s (a Service or DNS name that has just been created), then ONE line: "REDIS_PROBE ok ..." or
+# "REDIS_PROBE fail <why>". Exit 0 either way: the line is the answer.
+REDIS_PROBE_SCRIPT = r"""
+import os, socket, time
+host, port, pw = os.environ["PROBE_HOST"], int(os.environ["PROBE_PORT"]), os.environ.get("PROBE_PASSWORD")
+def cmd(*args):
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))
+def line(f):
+    got = f.readline(512).decode("utf-8", "replace").strip()
+    if not got:
+        raise OSError("the server closed the connection")
+    return got
+why = ""
+for attempt in range(4):
+    try:
+        with socket.create_connection((host, port), timeout=4) as s:
+            s.settimeout(4)
+            f = s.makefile("rb")
+            if pw:
+                s.sendall(cmd("AUTH", pw))
+                got = line(f)
+                if not got.startswith("+OK"):
+                    print("REDIS_PROBE fail AUTH answered: " + got[:160], flush=True)
+                    raise SystemExit(0)
+            s.sendall(cmd("PING"))
+            got = line(f)
+            if got.startswith("+PONG"):
+                print("REDIS_PROBE ok PING answered PONG" + (" after AUTH" if pw else ""), flush=True)
+            else:
+                print("REDIS_PROBE fail PING answered: " + got[:160], flush=True)
+            raise SystemExit(0)
+    except (OSError, ValueError) as e:
+        why = "%s: %s" % (type(e).__name__, e)
+    time.sleep(3)
+print("REDIS_PROBE fail no answer from %s:%d (%s)" % (host, port, why[:200]), flush=True)
+"""
+
+
+def redis_probe_pod(cfg: MilesRayConfig, image: str, name: str) -> dict[str, Any]:
+    """The short-lived pod preflight runs in the cluster's namespace before creating a RayCluster with ``gcs_ft``:
+    the pinned image, :data:`REDIS_PROBE_SCRIPT` with the address, the password by reference to its Secret, small
+    requests, no restarts; the pod security of the Ray pods."""
+    host, port = cfg.gcs_ft_host_port or ("", 0)
+    env: list[dict[str, Any]] = [{"name": "PROBE_HOST", "value": host}, {"name": "PROBE_PORT", "value": str(port)}]
+    password = cfg.gcs_ft_password
+    if password is not None:
+        env.append({"name": "PROBE_PASSWORD", "valueFrom": {"secretKeyRef": {"name": password[0], "key": password[1]}}})
+    small = {"cpu": "100m", "memory": "64Mi"}
+    container: dict[str, Any] = {"name": "probe", "image": image, "imagePullPolicy": "IfNotPresent",
+                                 "command": ["python3", "-c", REDIS_PROBE_SCRIPT], "env": env,
+                                 "resources": {"requests": dict(small), "limits": dict(small)}}
+    security = container_security(cfg)
+    if security:
+        container["securityContext"] = security
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], "terminationGracePeriodSeconds": 0,
+                            "automountServiceAccountToken": False}
+    pod_security = pod_security_context(cfg)
+    if pod_security:
+        spec["securityContext"] = pod_security
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": cfg.namespace,
+                         "labels": {"app.kubernetes.io/managed-by": MANAGED_BY,
+                                    "app.kubernetes.io/name": "miles-ray-redis-probe", "miles-ray/cluster": cfg.name}},
+            "spec": spec}
 
 
 def build_operation(cfg: MilesRayConfig, plan: Plan, image: str, ray_version: str,

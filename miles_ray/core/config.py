@@ -36,6 +36,45 @@ def cpu_millis(quantity: str) -> int:
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_OBJ = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# redis://HOST:PORT: HOST a DNS name (e.g. redis.ns.svc.cluster.local) or an IPv4 address; PORT 1-65535
+_DNS_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$")
+GCS_FT_PASSWORD_KEY = "password"  # the key of the Redis password in its Secret unless NAME:KEY says another
+NO_PASSWORD = "none"  # gcs_ft_password_secret for a Redis without a password
+
+
+def parse_redis_address(value: str) -> tuple[str, int]:
+    """``redis://HOST:PORT`` -> (HOST, PORT). ValueError (naming the form, never echoing more than 80 characters
+    of the value) for anything else: another scheme, a user or password in the URL, a path, a missing or bad port."""
+    if "@" in value:  # a user or password in the URL: never echo it
+        raise ValueError("the Redis address must not carry a user or password: give redis://HOST:PORT and the "
+                         "password's Secret with --gcs-ft-password-secret NAME[:KEY]")
+    shown = value[:80].encode("unicode_escape").decode()
+    bad = ValueError(f"{shown!r} is not redis://HOST:PORT (e.g. redis://redis.ns.svc.cluster.local:6379; the "
+                     "password comes from --gcs-ft-password-secret, never the URL)")
+    m = re.fullmatch(r"redis://([^:/@\s]+):([0-9]{1,5})", value) if value.isascii() else None
+    if m is None:
+        raise bad
+    host, port = m.group(1).lower(), int(m.group(2))
+    if not 1 <= port <= 65535 or not _DNS_NAME.fullmatch(host):
+        raise bad
+    if re.fullmatch(r"[0-9.]+", host):  # looks numeric: must then be a valid IPv4 address
+        parts = host.split(".")
+        if len(parts) != 4 or any(int(p) > 255 or (len(p) > 1 and p[0] == "0") for p in parts):
+            raise bad
+    return host, port
+
+
+def parse_password_secret(value: str) -> tuple[str, str] | None:
+    """``NAME[:KEY]`` -> (NAME, KEY) (KEY default :data:`GCS_FT_PASSWORD_KEY`); None for ``none``."""
+    if value == NO_PASSWORD:
+        return None
+    name, _, key = value.partition(":")
+    key = key or GCS_FT_PASSWORD_KEY
+    if len(name) > 253 or not _SECRET_OBJ.fullmatch(name) or len(key) > 253 or not _SECRET_KEY.fullmatch(key):
+        raise ValueError("must name a Kubernetes Secret as NAME[:KEY] (a DNS-1123 name, optionally ':' and a key of "
+                         f"letters, digits, '-', '_' or '.'; default key {GCS_FT_PASSWORD_KEY!r}), or be "
+                         f"{NO_PASSWORD!r} for a Redis without a password")
+    return name, key
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -79,6 +118,13 @@ class MilesRayConfig(BaseModel):
     ray_auth_secret: str | None = Field(
         None, description="Kubernetes Secret holding the Ray token under the key auth_token (default: the one "
         "named after the cluster, which KubeRay creates for --via kuberay; the Polyaxon path needs it to exist)")
+    gcs_ft: str | None = Field(
+        None, description="GCS fault tolerance: redis://HOST:PORT of a Redis reachable from the cluster's pods; the "
+        "head's loss then does not take the workers (and jobs whose driver runs on a worker) with it (KubeRay's "
+        "gcsFaultToleranceOptions, KubeRay >= 1.3; --via kuberay only: Polyaxon 2.18's raycluster cannot carry it)")
+    gcs_ft_password_secret: str | None = Field(
+        None, description="gcs_ft: the Kubernetes Secret holding the Redis password, NAME[:KEY] (key default "
+        "'password'), read by the pods by reference; 'none' for a Redis without a password (explicitly)")
 
     # recipe and split
     recipe: str = Field("Qwen3-4B", description="recipe name (miles-ray recipes)")
@@ -198,6 +244,40 @@ class MilesRayConfig(BaseModel):
         if v is not None and (len(v) > 253 or not _SECRET_OBJ.fullmatch(v)):
             raise ValueError(f"{v!r} is not a Kubernetes Secret name (a DNS-1123 name such as miles-ray-token)")
         return v
+
+    @field_validator("gcs_ft")
+    @classmethod
+    def _gcs_ft(cls, v: str | None) -> str | None:
+        if v is not None:
+            host, port = parse_redis_address(v)
+            return f"redis://{host}:{port}"
+        return v
+
+    @field_validator("gcs_ft_password_secret")
+    @classmethod
+    def _gcs_ft_password_secret(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_password_secret(v)
+        return v
+
+    @model_validator(mode="after")
+    def _gcs_ft_complete(self) -> "MilesRayConfig":
+        if self.gcs_ft and self.gcs_ft_password_secret is None:
+            raise ValueError("gcs_ft needs the Redis password's Secret: --gcs-ft-password-secret NAME[:KEY] (or "
+                             f"'{NO_PASSWORD}' for a Redis without a password, explicitly)")
+        if self.gcs_ft_password_secret is not None and not self.gcs_ft:
+            raise ValueError("gcs_ft_password_secret is set without gcs_ft (--gcs-ft redis://HOST:PORT)")
+        return self
+
+    @property
+    def gcs_ft_host_port(self) -> tuple[str, int] | None:
+        """(HOST, PORT) of the GCS fault-tolerance Redis, or None without it."""
+        return parse_redis_address(self.gcs_ft) if self.gcs_ft else None
+
+    @property
+    def gcs_ft_password(self) -> tuple[str, str] | None:
+        """(Secret, key) of the Redis password, or None (no GCS fault tolerance, or a Redis without a password)."""
+        return parse_password_secret(self.gcs_ft_password_secret) if self.gcs_ft_password_secret else None
 
     @field_validator("env")
     @classmethod
@@ -381,6 +461,10 @@ polyaxon_project: miles
 # key auth_token; miles-ray reads it to talk to the head). 'none' lets anyone who reaches the head run code.
 # ray_auth: token
 # ray_auth_secret: my-ray-token   # an existing Secret (key auth_token) instead of the one KubeRay creates
+# GCS fault tolerance (--via kuberay): the head's loss does not restart the workers; a Redis the pods reach and
+# the Secret holding its password (NAME[:KEY], key default 'password'; 'none' for a Redis without a password).
+# gcs_ft: redis://redis.ray-infra.svc.cluster.local:6379
+# gcs_ft_password_secret: redis-password
 
 # Recipe and split ('miles-ray recipes' lists them; 'miles-ray plan' checks the split).
 recipe: Qwen3-4B

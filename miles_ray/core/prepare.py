@@ -102,6 +102,22 @@ def _missing_ray_version() -> None:
     )
 
 
+POLYAXON_GCS_FT = ("--gcs-ft cannot go through Polyaxon: Polyaxon 2.18's raycluster spec has no field for KubeRay's "
+                   "gcsFaultToleranceOptions (it rejects unknown fields), so its RayCluster would lose its workers "
+                   "with its head")
+POLYAXON_GCS_FT_HINT = ("use --via kuberay (render -F kuberay) for a cluster that must survive the loss of its head, "
+                        "or drop --gcs-ft for the Polyaxon path")
+
+
+GCS_FT_NO_PASSWORD = ("gcs_ft_password_secret is none: the GCS fault-tolerance Redis has no password, so anyone who "
+                      "reaches it can read and change the Ray cluster's state")
+
+
+def refuse_gcs_ft_on_polyaxon() -> None:
+    """``gcs_ft`` with a Polyaxon document: refused, naming what to do instead."""
+    raise ConfigError(POLYAXON_GCS_FT, hint=POLYAXON_GCS_FT_HINT)
+
+
 def prepare(cfg: MilesRayConfig, kinds: Collection[Document]) -> ClusterDocuments:
     """Check the image, the Ray version and the split, then build the documents of ``kinds``. The single-node job
     is not a Ray cluster of ours (its launcher starts Ray in its pod): no Ray version, no plan, and it is built
@@ -113,14 +129,21 @@ def prepare(cfg: MilesRayConfig, kinds: Collection[Document]) -> ClusterDocument
     if Document.single_node in kinds:
         if kinds != {Document.single_node}:
             raise ValueError(f"the single-node job is prepared alone, not with {sorted(k.value for k in kinds)}")
+        if cfg.gcs_ft:
+            raise ConfigError("--gcs-ft is for a KubeRay RayCluster; the single-node job starts Ray inside its one pod",
+                              hint="drop --gcs-ft (or gcs_ft in the config) with --single-node")
         job, more = build_single_node(cfg, get_recipe(cfg.recipe, cfg.recipe_file), image)
         return ClusterDocuments(plan=None, image=image, warnings=warnings + more, single_node=job)
     if not cfg.ray_version:
         _missing_ray_version()
     _, plan = resolve_plan(cfg)
     require_feasible(plan)
+    if cfg.gcs_ft and kinds & {Document.operation, Document.operation_cr}:
+        refuse_gcs_ft_on_polyaxon()
     operation = (apply_to_operation(build_operation(cfg, plan, image, cfg.ray_version), cfg, plan.ray.gpu_workers)
                  if kinds & {Document.operation, Document.operation_cr} else None)
     raycluster = (apply_to_raycluster(build_raycluster(cfg, plan, image, cfg.ray_version), cfg)
                   if Document.raycluster in kinds else None)
+    if cfg.gcs_ft and cfg.gcs_ft_password is None:
+        warnings.append(GCS_FT_NO_PASSWORD)
     return ClusterDocuments(plan=plan, image=image, warnings=warnings, raycluster=raycluster, operation=operation)

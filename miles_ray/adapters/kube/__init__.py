@@ -7,7 +7,7 @@
   real errors (the upstream KubeRay Python client is not on PyPI and swallows them), and the guarded scale patch;
 * :mod:`.crds` -- installed CRDs (the RayCluster CRD, its served versions and schema; the queue CRDs) and
   whether a custom object of another kind exists;
-* :mod:`.preflight` -- the namespace, a PersistentVolumeClaim, ResourceQuotas, a Service's ports;
+* :mod:`.preflight` -- the namespace, a PersistentVolumeClaim, ResourceQuotas, a Service's ports, a probe pod;
 * :mod:`.capacity` -- free GPUs, CPUs and memory per GPU node, and Kubernetes quantities;
 * :mod:`.pods` -- a RayCluster's pods (raw or summarised), fatal waiting reasons, the running head pod;
 * :mod:`.secrets` -- the head pod's Ray auth and the Secret its token is read from;
@@ -25,7 +25,7 @@ from miles_ray.adapters.kube.kueue import kueue_workload
 from miles_ray.adapters.kube.pods import (CRASHLOOP_RESTARTS, cluster_pods, cluster_selector, list_pods, pod_rows,
                                           running_head_pod, waiting_is_fatal)
 from miles_ray.adapters.kube.portforward import port_forward
-from miles_ray.adapters.kube.preflight import list_quotas, namespace_exists, pvc_exists, service_ports
+from miles_ray.adapters.kube.preflight import list_quotas, namespace_exists, pvc_exists, run_pod_once, service_ports
 from miles_ray.adapters.kube.rayclusters import RayClusters
 from miles_ray.adapters.kube.secrets import head_auth_ref, head_ray_token, secret_has_key
 
@@ -34,4 +34,4 @@ __all__ = ["CRASHLOOP_RESTARTS", "GPU", "RayClusters", "cluster_pods", "cluster_
            "crd_served_versions", "custom_object_exists", "gpu_capacity", "head_auth_ref", "head_ray_token",
            "installed_crd_versions", "kueue_workload", "list_pods", "list_quotas", "load_client", "missing_kubeconfig",
            "namespace_exists", "pod_rows", "port_forward", "pvc_exists", "quantity", "raycluster_crd",
-           "running_head_pod", "secret_has_key", "service_ports", "waiting_is_fatal"]
+           "run_pod_once", "running_head_pod", "secret_has_key", "service_ports", "waiting_is_fatal"]

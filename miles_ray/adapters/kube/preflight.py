@@ -1,11 +1,13 @@
 """Reads of core objects that the preflight and ``doctor`` check: the namespace, a PersistentVolumeClaim, the
-namespace's ResourceQuotas, a Service's ports."""
+namespace's ResourceQuotas, a Service's ports; and a short-lived probe pod run once (:func:`run_pod_once`)."""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 from miles_ray.adapters.kube.client import api_error, http_status
+from miles_ray.adapters.kube.pods import waiting_is_fatal
 
 
 def namespace_exists(api_client, namespace: str) -> bool:
@@ -53,3 +55,58 @@ def service_ports(api_client, namespace: str, name: str) -> list[int] | None:
             return None
         raise api_error(e, f"read Service {namespace}/{name}") from None
     return [p.port for p in (svc.spec.ports or [])]
+
+
+def run_pod_once(api_client, pod: dict[str, Any], timeout: float, on_wait: Callable[[str], None] | None = None,
+                 poll: float = 1.0) -> tuple[str, str]:
+    """Create the short-lived ``pod`` (``restartPolicy: Never``), wait until it has ended (bounded by ``timeout``;
+    ``on_wait`` gets a line whenever what it waits for changes), and delete it whatever happened (also on
+    Ctrl-C). Returns (its phase: Succeeded, Failed, or why it never ran -- a fatal waiting reason such as
+    ErrImagePull, Unschedulable or TimedOut --, and its log). Raises the typed error of a failed API call."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    try:
+        core.create_namespaced_pod(namespace, pod)
+    except Exception as e:  # noqa: BLE001
+        raise api_error(e, f"create pod {namespace}/{name}") from None
+    deadline = time.monotonic() + timeout
+    last, phase = "", ""
+    try:
+        while True:
+            try:
+                p = core.read_namespaced_pod(name, namespace)
+            except Exception as e:  # noqa: BLE001
+                raise api_error(e, f"read pod {namespace}/{name}") from None
+            phase = p.status.phase or "Pending"
+            if phase in ("Succeeded", "Failed"):
+                break
+            why = phase
+            for c in p.status.conditions or []:
+                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                    why = f"Unschedulable: {c.message or ''}".strip()
+            for cs in p.status.container_statuses or []:
+                waiting = cs.state.waiting if cs.state else None
+                if waiting and waiting.reason:
+                    why = f"{waiting.reason}: {waiting.message or ''}".strip(": ")
+                    if waiting_is_fatal(waiting.reason, cs.restart_count or 0):
+                        return why, ""
+            if why != last and on_wait is not None:
+                on_wait(why)
+            last = why
+            if time.monotonic() > deadline:
+                return f"TimedOut after {timeout:.0f}s ({last})", ""
+            time.sleep(poll)
+        try:
+            # the raw bytes: the client's own decoding of a log turns it into the repr of bytes
+            log = core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode("utf-8", "replace")
+        except Exception as e:  # noqa: BLE001
+            raise api_error(e, f"read the log of pod {namespace}/{name}") from None
+        return phase, log
+    finally:
+        try:
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except Exception as e:  # noqa: BLE001 -- already gone is fine; anything else is said
+            if http_status(e) != 404:
+                raise api_error(e, f"delete pod {namespace}/{name}") from None

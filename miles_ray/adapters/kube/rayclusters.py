@@ -47,10 +47,12 @@ class RayClusters:
         except Exception as e:  # noqa: BLE001
             raise api_error(e, f"create RayCluster {ns}/{name}{' (server dry run)' if dry_run else ''}") from None
 
-    def delete(self, namespace: str, name: str) -> bool:
+    def delete(self, namespace: str, name: str, propagation: str = "Foreground") -> bool:
+        """Delete the RayCluster (``propagation``: Foreground, its dependents first; Background for one whose own
+        finalizer needs its dependents, e.g. KubeRay's Redis cleanup Job of a GCS fault-tolerant cluster)."""
         try:
             self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                     propagation_policy="Foreground")
+                                                     propagation_policy=propagation)
             return True
         except Exception as e:  # noqa: BLE001
             if http_status(e) == 404:

@@ -490,10 +490,11 @@ def save_runs(cfg: MilesRayConfig) -> SavedRuns:
 
 
 def delete_raycluster(cfg: MilesRayConfig, api, name: str, out: Any, wait: bool, timeout: float,
-                      missing_ok: bool) -> None:
-    """Delete the RayCluster ``name`` and (``wait``) wait until it and its pods are gone; ``out.deleted`` says
-    whether there was one (``out.pods_remaining``: what was left at the timeout)."""
-    deleted = kube.RayClusters(api).delete(cfg.namespace, name)
+                      missing_ok: bool, propagation: str = "Foreground") -> None:
+    """Delete the RayCluster ``name`` (``propagation``: see ``RayClusters.delete``) and (``wait``) wait until it and
+    its pods are gone; ``out.deleted`` says whether there was one (``out.pods_remaining``: what was left at the
+    timeout)."""
+    deleted = kube.RayClusters(api).delete(cfg.namespace, name, propagation)
     if not deleted and not missing_ok:
         raise NotFound(f"no RayCluster {cfg.namespace}/{name} to delete")
     out.deleted = deleted

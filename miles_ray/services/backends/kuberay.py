@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from miles_ray.adapters import kube, state
-from miles_ray.core.builders import kuberay_token_secret
+from miles_ray.core.builders import REDIS_PROBE_PREFIX, kuberay_token_secret, redis_probe_pod
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ConfigError, Conflict, TimedOut
 from miles_ray.core.prepare import ClusterDocuments
@@ -19,6 +19,42 @@ from miles_ray.services.backends.idle import park_gate
 from miles_ray.services.backends.results import KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp, ParkResult
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+DOWN_GCS_FT_TIMEOUT = 420.0  # down's wait for a GCS fault-tolerant RayCluster (KubeRay's Redis cleanup Job)
+GCS_FT_PROBE_TIMEOUT = 300.0  # at most this long for the Redis probe pod (its image may have to be pulled first)
+
+
+def check_gcs_ft(cfg: MilesRayConfig, api, image: str, progress: Progress, probe: bool, timeout: float) -> str:
+    """``gcs_ft``'s preflight, before the RayCluster is created: the password's Secret exists with its key (else the
+    head could not start: CreateContainerConfigError), and (``probe``) the Redis answers FROM THE CLUSTER: a
+    short-lived pod in the cluster's namespace, in the pinned image, sends AUTH + PING and prints one line; it is
+    deleted afterwards. Each failure is one line, exit 2, nothing created. Returns what was checked."""
+    address = cfg.gcs_ft or ""
+    password = cfg.gcs_ft_password
+    if password is not None:
+        secret, key = password
+        has = kube.secret_has_key(api, cfg.namespace, secret, key)
+        if not has:
+            what = "does not exist" if has is None else f"has no key {key!r} (or it is empty)"
+            raise ConfigError(f"the Redis password Secret {cfg.namespace}/{secret} {what}: the head reads "
+                              f"{address}'s password from it (key {key}); nothing was created",
+                              hint=f"create it: kubectl -n {cfg.namespace} create secret generic {secret} "
+                                   f"--from-literal={key}=<the Redis password>, or pass --gcs-ft-password-secret "
+                                   "NAME[:KEY] of an existing one")
+    if not probe:
+        return f"{address}: password Secret checked; not probed (dry run: no probe pod is created)"
+    name = f"{cfg.name[:40]}-redis-probe-{time.time_ns() % 100000:05d}"
+    say(progress, f"preflight: probing {address} from namespace {cfg.namespace} (pod {name})")
+    phase, log = kube.run_pod_once(api, redis_probe_pod(cfg, image, name), min(timeout, GCS_FT_PROBE_TIMEOUT),
+                                   lambda why: say(progress, f"preflight: Redis probe pod {name}: {why}"))
+    answer = next((ln for ln in reversed(log.splitlines()) if ln.startswith(REDIS_PROBE_PREFIX + " ")), "")
+    if answer.startswith(f"{REDIS_PROBE_PREFIX} ok"):
+        return f"{address} answered from namespace {cfg.namespace} ({answer.split(' ', 2)[2]})"
+    why = answer.split(" ", 2)[2] if answer.startswith(f"{REDIS_PROBE_PREFIX} fail ") else (
+        f"the probe pod ended {phase}" + (f": {log.strip().splitlines()[-1][:200]}" if log.strip() else ""))
+    raise ConfigError(f"the GCS fault-tolerance Redis {address} does not answer from namespace {cfg.namespace}: "
+                      f"{why}; nothing was created",
+                      hint="check the address (a Service the pods resolve, e.g. redis.NS.svc.cluster.local:6379), that "
+                           "Redis runs and NetworkPolicies let the namespace reach it, and the password's Secret")
 
 
 def refuse_kueue(rc: dict[str, Any]) -> None:
@@ -73,6 +109,11 @@ def drift(existing: dict, wanted: dict) -> list[str]:
 
     if gpus(eg) != gpus(wg):
         diffs.append(f"GPUs per worker {gpus(eg)} != {gpus(wg)}")
+    if es.get("gcsFaultToleranceOptions") != ws.get("gcsFaultToleranceOptions"):
+        def ft(spec: dict) -> str:
+            return (spec.get("gcsFaultToleranceOptions") or {}).get("redisAddress") or "none"
+        diffs.append(f"GCS fault tolerance {ft(es)} != {ft(ws)}"
+                     if ft(es) != ft(ws) else "GCS fault tolerance's Redis password Secret differs")
     return diffs
 
 
@@ -96,6 +137,8 @@ class KubeRayBackend:
         existing = rays.get(cfg.namespace, cfg.name)
         say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
         report = kc.preflight(cfg, api, cfg.nodes, True, reconciling=existing is not None, rendered=rc)
+        if cfg.gcs_ft and existing is None:  # an existing cluster is only waited for (a changed one is refused)
+            report.gcs_ft = check_gcs_ft(cfg, api, objects.image, progress, probe=not dry_run, timeout=timeout)
         result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
                         warnings=objects.warnings)
         if dry_run:  # the server dry run ('client' is k8s_clusters.up's: nothing contacted)
@@ -211,7 +254,16 @@ class KubeRayBackend:
             out.update(kubernetes=False, already_down=True)
             return out
         saved = kc.save_runs(cfg)
-        kc.delete_raycluster(cfg, kc.client(cfg), name, out, wait=True, timeout=120, missing_ok=True)
+        api = kc.client(cfg)
+        live = kube.RayClusters(api).get(cfg.namespace, name) or {}
+        # With GCS fault tolerance KubeRay's finalizer first deletes the pods and waits for the head's to go, then
+        # empties the Redis with a Job (in the Ray image, 200m CPU, at most 300 s) before the RayCluster goes. That
+        # Job is the RayCluster's dependent and reads the cluster's Secrets: a foreground deletion would have the
+        # garbage collector delete it (and the token Secret) again and again until KubeRay gives up after 300 s,
+        # leaving Ray's state in the Redis. So such a cluster is deleted in the background.
+        ft = bool((live.get("spec") or {}).get("gcsFaultToleranceOptions"))
+        kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=DOWN_GCS_FT_TIMEOUT if ft else 120,
+                             missing_ok=True, propagation="Background" if ft else "Foreground")
         state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
         if not out.deleted:
             out.already_down = True

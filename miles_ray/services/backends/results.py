@@ -244,6 +244,7 @@ class Preflight(Ordered):
     gpu_nodes: int = 0
     gpu_nodes_fitting: int | None = None
     ray_token_secret: str = ""
+    gcs_ft: str = ""
 
 
 class KubeUp(Ordered):

@@ -6,7 +6,8 @@ Checklist items:
   data         "cannot find a checkpoint/dataset" -> data (check-data's checks, where a head is reachable)
   startup      "Ray or NCCL fails during startup" -> container_failures, shm, gpu_visibility, external_ray,
                                                         ray_membership
-  resume       "Training restarts from scratch"   -> resume (run record + checkpoint tracker)
+  resume       "Training restarts from scratch"   -> resume (run record + checkpoint tracker), gcs_ft (a long run
+                                                        on a RayCluster without GCS fault tolerance)
   drift        "keep image and Ray version aligned across replicas" -> image_drift, ray_version, miles_version
 
 Kubernetes (KubeRay or Polyaxon-created RayClusters): everything (the Ray side through a port-forward to the
@@ -58,9 +59,10 @@ class _Side:
 def _kubernetes_side(cfg: MilesRayConfig, address: str | None, progress: Progress) -> _Side:
     """The RayCluster's spec and pods, and every Ready pod against Ray's nodes once the head answers. Its head
     may simply not run yet: the pod checks say why."""
-    found, pods = kube_findings(cfg, progress)
+    found, pods, gcs_ft = kube_findings(cfg, progress)
     return _Side(found, address or dashboard_address(cfg, "kubernetes")[1], head_optional=True,
-                 with_head=lambda url, unreached: [ray_membership(pods, url, unreached)])
+                 with_head=lambda url, unreached: [ray_membership(pods, url, unreached),
+                                                  gcs_ft(url, unreached)])
 
 
 def _local_side(cfg: MilesRayConfig, address: str | None, progress: Progress) -> _Side:

@@ -5,8 +5,9 @@ address, image and Ray-version drift, and whether every Ready pod is a node of R
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any
+from typing import Any, Callable
 
 from miles_ray.adapters import kube, ray_jobs
 from miles_ray.adapters.kube import GPU, gpu_capacity, quantity
@@ -274,9 +275,11 @@ def check_image_drift(rc: dict, pods: list[Any], cfg: MilesRayConfig) -> Finding
     return finding("image_drift", "drift", OK, "every pod runs the RayCluster's image", evidence)
 
 
-def kube_findings(cfg: MilesRayConfig, progress: Progress) -> tuple[list[Finding], list[dict]]:
-    """Every Kubernetes check of the configured cluster, and its pods (``kube.pod_rows``, for the checks against
-    Ray); NotFound when its RayCluster does not exist."""
+def kube_findings(cfg: MilesRayConfig, progress: Progress) -> tuple[list[Finding], list[dict],
+                                                                   Callable[[str | None, str | None], Finding]]:
+    """Every Kubernetes check of the configured cluster, its pods (``kube.pod_rows``, for the checks against
+    Ray) and its GCS fault-tolerance check (:func:`check_gcs_ft` of its RayCluster, given the head's URL once
+    reached); NotFound when its RayCluster does not exist."""
     api = kube.load_client(cfg.kubeconfig, cfg.kube_context)
     name = kube_raycluster(cfg)
     if progress:
@@ -294,7 +297,7 @@ def kube_findings(cfg: MilesRayConfig, progress: Progress) -> tuple[list[Finding
         check_external_ray(api, cfg, rc, name),
         check_image_drift(rc, pods, cfg),
     ]
-    return findings, kube.pod_rows(pods)
+    return findings, kube.pod_rows(pods), functools.partial(check_gcs_ft, rc)
 
 
 STALE_NODE_FIX = ("a pod deleted a moment ago stays ALIVE in Ray until the head's health check fails (about 30 s "
@@ -334,6 +337,47 @@ def check_ray_membership(pods: list[dict], topology: dict) -> Finding:
     workers = sum(1 for p in ready if p["role"] == "worker")
     return finding("ray_membership", "startup", OK,
                    f"every Ready pod is ALIVE in Ray ({len(ready) - workers} head, {workers} worker(s))", evidence)
+
+
+GCS_FT_FIX = ("for a run of hours, bring the cluster up with GCS fault tolerance: 'miles-ray up --via kuberay --gcs-ft "
+              "redis://HOST:PORT --gcs-ft-password-secret NAME[:KEY]' (a live cluster is not changed in place: 'down' "
+              "first, when no run needs it; checkpoints stay). Polyaxon 2.18's raycluster cannot carry it")
+
+
+def check_gcs_ft(rc: dict, url: str | None, unreached: str | None) -> Finding:
+    """Whether the head's loss would take the workers with it, and whether that matters now. A LONG run here is a
+    miles-ray training job (direct or launcher mode: Miles runs of hours; rehearsals are minutes) that the head
+    lists PENDING or RUNNING: without ``spec.gcsFaultToleranceOptions`` losing the head pod restarts every worker
+    and kills that job (a warning); with it (or with nothing long running) ok."""
+    options = (rc.get("spec") or {}).get("gcsFaultToleranceOptions") or {}
+    name = (rc.get("metadata") or {}).get("name", "?")
+    if options.get("redisAddress"):
+        return finding("gcs_ft", "resume", OK, f"RayCluster {name} has GCS fault tolerance (Redis "
+                       f"{options['redisAddress']}): losing its head pod does not restart the workers",
+                       [f"spec.gcsFaultToleranceOptions.redisAddress: {options['redisAddress']}"])
+    evidence = [f"RayCluster {name}: no spec.gcsFaultToleranceOptions (the head's GCS state lives only in the head "
+                "pod: losing it restarts every worker's raylet and kills every job)"]
+    if url is None:
+        return finding("gcs_ft", "resume", SKIPPED, f"RayCluster {name} has no GCS fault tolerance; whether a long "
+                       "run is on it is unknown (the Ray head does not answer)",
+                       evidence + ([unreached] if unreached else []), GCS_FT_FIX)
+    try:
+        jobs = ray_jobs.list_jobs(url)
+    except ClusterError as e:
+        return finding("gcs_ft", "resume", SKIPPED, f"RayCluster {name} has no GCS fault tolerance; its jobs could "
+                       f"not be read: {e}", evidence, GCS_FT_FIX)
+    long_runs = [j for j in jobs if j.get("status") in ("PENDING", "RUNNING")
+                 and (j.get("metadata") or {}).get("mode") in ("direct", "launcher")]
+    if not long_runs:
+        return finding("gcs_ft", "resume", OK, f"no training run is running on RayCluster {name} (it has no GCS "
+                       "fault tolerance: a long run there would be lost with its head pod)", evidence, GCS_FT_FIX)
+    runs = ", ".join(sorted({(j.get("metadata") or {}).get("miles_ray_run") or j.get("job_id") or "?"
+                             for j in long_runs}))
+    evidence += [f"job {j.get('job_id')} of run {(j.get('metadata') or {}).get('miles_ray_run')}: {j.get('status')} "
+                 f"({(j.get('metadata') or {}).get('mode')} mode)" for j in long_runs[:8]]
+    return finding("gcs_ft", "resume", WARNING, f"training run(s) {runs} run on RayCluster {name}, which has no GCS "
+                   "fault tolerance: losing its head pod would restart every worker and kill the run's job", evidence,
+                   GCS_FT_FIX)
 
 
 def ray_membership(pods: list[dict], url: str | None, unreached: str | None) -> Finding:
