@@ -1,0 +1,171 @@
+"""The run supervisor's Kubernetes objects (miles_ray/core/supervisor_job.py): a ConfigMap with the program and
+its spec, a batch/v1 Job in the cluster's pinned image with the cluster's mounts, owned by the RayCluster; valid
+Kubernetes objects (kubernetes-validate, strict) and within the restricted Pod Security Standard when the cluster
+is."""
+
+from __future__ import annotations
+
+import copy
+
+import kubernetes_validate
+import pytest
+
+from miles_ray.core import supervisor_job as sj
+from miles_ray.core.builders import build_raycluster
+from miles_ray.core.config import load_config
+from miles_ray.core.planner import plan_split
+from miles_ray.core.recipes import BUILTIN
+from tests.conftest import IMAGE
+
+PROGRAM = {"supervise.py": "import miles_ray.core.supervision\n", "miles_ray/__init__.py": "",
+           "miles_ray/core/__init__.py": "", "miles_ray/core/supervision.py": "X = 1\n"}
+SPEC = {"run": "r1", "max_restarts": 3}
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
+
+
+def _raycluster(name: str = "miles-test", **extra) -> dict:
+    cfg = load_config({"recipe": "Qwen3-4B", "nodes": 2, "gpus_per_node": 8, "name": name, "namespace": "ml",
+                       **extra}, environ={})
+    rc = build_raycluster(cfg, plan_split(BUILTIN["Qwen3-4B"], 2, 8), IMAGE, "2.60.0")
+    rc["metadata"]["uid"] = "0b5e6c1a-1111-2222-3333-444455556666"  # as the API server gave it
+    return rc
+
+
+def _objects(run: str = "r1", **extra) -> tuple[dict, dict, dict]:
+    rc = _raycluster(**extra)
+    return rc, sj.build_configmap(rc, run, PROGRAM, SPEC), sj.build_job(rc, run, PROGRAM)
+
+
+def test_job_and_configmap_are_valid_kubernetes_objects() -> None:
+    for extra in ({}, {"pod_security": "restricted", "run_as_user": 1000}, {"ray_auth": "none"}):
+        _, cm, job = _objects(**extra)
+        kubernetes_validate.validate(cm, "1.30", strict=True)
+        kubernetes_validate.validate(job, "1.30", strict=True)
+
+
+def test_job_runs_the_program_in_the_clusters_image_with_small_requests() -> None:
+    rc, cm, job = _objects()
+    assert job["metadata"]["name"] == cm["metadata"]["name"] == "r1-supervisor"
+    assert job["metadata"]["namespace"] == cm["metadata"]["namespace"] == "ml"
+    spec = job["spec"]
+    assert (spec["completions"], spec["parallelism"]) == (1, 1) and 0 < spec["backoffLimit"] <= 6
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure"
+    assert pod["automountServiceAccountToken"] is False  # no Kubernetes API access at all
+    [c] = pod["containers"]
+    assert c["image"] == rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    assert "@sha256:" in c["image"]  # the cluster's pinned digest
+    assert c["command"] == ["python3", "/opt/miles-ray/supervise.py", "--spec", "/opt/miles-ray/spec.json"]
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    req, lim = c["resources"]["requests"], c["resources"]["limits"]
+    assert req == {"cpu": "100m", "memory": "256Mi"}  # at most 0.1 CPU and 256 MiB requested
+    assert lim["memory"] == req["memory"] and lim["cpu"] in ("500m", "1")
+    assert "nvidia.com/gpu" not in req and "nvidia.com/gpu" not in lim
+
+
+def test_configmap_holds_the_program_its_modules_and_the_spec_laid_out_under_opt() -> None:
+    import json
+
+    _, cm, job = _objects()
+    assert json.loads(cm["data"]["spec.json"]) == SPEC
+    assert cm["data"]["supervise.py"] == PROGRAM["supervise.py"]
+    assert cm["data"]["miles_ray.core.supervision.py"] == PROGRAM["miles_ray/core/supervision.py"]
+    assert all("/" not in k for k in cm["data"])  # ConfigMap keys allow no '/'
+    pod = job["spec"]["template"]["spec"]
+    [vol] = [v for v in pod["volumes"] if v["name"] == "supervisor"]
+    assert vol["configMap"]["name"] == cm["metadata"]["name"]
+    laid_out = {i["path"]: cm["data"][i["key"]] for i in vol["configMap"]["items"]}
+    assert laid_out == {**PROGRAM, "spec.json": cm["data"]["spec.json"]}
+    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "supervisor"]
+    assert mount == {"name": "supervisor", "mountPath": "/opt/miles-ray", "readOnly": True}
+    assert {"name": "PYTHONPATH", "value": "/opt/miles-ray"} in pod["containers"][0]["env"]
+    with pytest.raises(ValueError, match="supervise.py"):
+        sj.build_configmap(_raycluster(), "r1", {"x.py": ""}, SPEC)
+
+
+def test_the_clusters_claim_is_mounted_where_the_ray_pods_mount_it() -> None:
+    rc, _, job = _objects()
+    head = rc["spec"]["headGroupSpec"]["template"]["spec"]
+    pod = job["spec"]["template"]["spec"]
+    claim = [v for v in head["volumes"] if "persistentVolumeClaim" in v]
+    assert claim and all(v in pod["volumes"] for v in claim)
+    ray_mounts = [m for m in head["containers"][0]["volumeMounts"] if m["name"] in {v["name"] for v in claim}]
+    assert ray_mounts and all(m in pod["containers"][0]["volumeMounts"] for m in ray_mounts)
+    assert not [v for v in pod["volumes"] if "emptyDir" in v]  # not the memory-backed /dev/shm
+
+
+def test_token_secret_is_mounted_as_a_file_only_with_token_auth() -> None:
+    _, _, job = _objects()  # ray_auth token by default: the Secret KubeRay makes, named after the RayCluster
+    pod = job["spec"]["template"]["spec"]
+    [vol] = [v for v in pod["volumes"] if v["name"] == "ray-token"]
+    assert vol["secret"]["secretName"] == "miles-test"
+    assert vol["secret"]["items"] == [{"key": "auth_token", "path": "auth_token"}]
+    assert {"name": "ray-token", "mountPath": sj.TOKEN_DIR, "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    assert sj.TOKEN_FILE == sj.TOKEN_DIR + "/auth_token"
+    assert not [e for e in pod["containers"][0]["env"] if "TOKEN" in e["name"]]  # a file, not an env value
+    _, _, named = _objects(ray_auth_secret="my-ray-token")
+    [vol] = [v for v in named["spec"]["template"]["spec"]["volumes"] if v["name"] == "ray-token"]
+    assert vol["secret"]["secretName"] == "my-ray-token"
+    _, _, none = _objects(ray_auth="none")
+    assert not [v for v in none["spec"]["template"]["spec"]["volumes"] if v["name"] == "ray-token"]
+    rc = _raycluster()  # a Ray container taking its token from a Secret itself (no authOptions)
+    del rc["spec"]["authOptions"]
+    rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"] += [
+        {"name": "RAY_AUTH_MODE", "value": "token"},
+        {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "plx-token", "key": "auth_token"}}}]
+    assert sj.token_secret(rc) == "plx-token"
+
+
+def test_owned_by_the_raycluster_and_labelled_with_run_and_cluster() -> None:
+    rc, cm, job = _objects()
+    for obj in (cm, job):
+        [owner] = obj["metadata"]["ownerReferences"]
+        assert owner == {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "miles-test",
+                         "uid": rc["metadata"]["uid"], "blockOwnerDeletion": True}
+        assert obj["metadata"]["labels"]["miles-ray/run"] == "r1"
+        assert obj["metadata"]["labels"]["miles-ray/cluster"] == "miles-test"
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["miles-ray/run"] == "r1" and pod_labels["app.kubernetes.io/component"] == "run-supervisor"
+    # never counted as one of the cluster's Ray pods (those are selected by ray.io/cluster)
+    assert not [k for k in pod_labels if k.startswith("ray.io/")]
+    assert sj.selector("r1") == "app.kubernetes.io/component=run-supervisor,miles-ray/run=r1"
+
+
+def test_restricted_cluster_gives_a_restricted_supervisor_pod() -> None:
+    rc, _, job = _objects(pod_security="restricted", run_as_user=1234)
+    head = rc["spec"]["headGroupSpec"]["template"]["spec"]
+    pod = job["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["securityContext"] == head["containers"][0]["securityContext"]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"] == head["securityContext"]
+    assert all(set(v) - {"name"} <= RESTRICTED_VOLUMES for v in pod["volumes"]), pod["volumes"]
+    for forbidden in ("hostNetwork", "hostPID", "hostIPC"):
+        assert forbidden not in pod
+    _, _, base = _objects()
+    assert "securityContext" not in base["spec"]["template"]["spec"]
+
+
+def test_names_stay_within_63_characters() -> None:
+    assert sj.supervisor_name("a" * 40) == "a" * 40 + "-supervisor"
+    long = sj.supervisor_name("b" * 70)
+    assert len(long) <= 63 and long.endswith("-supervisor") and long != sj.supervisor_name("b" * 69)
+    rc = copy.deepcopy(_raycluster())
+    job = sj.build_job(rc, "c" * 40, PROGRAM)
+    kubernetes_validate.validate(job, "1.30", strict=True)
+
+
+def test_head_dashboard_by_service_name() -> None:
+    assert sj.head_dashboard_url(_raycluster()) == "http://miles-test-head-svc.ml.svc.cluster.local:8265"
+
+
+def test_job_final_reads_the_conditions() -> None:
+    assert sj.job_final(None) is None
+    assert sj.job_final({"status": {"active": 1}}) is None
+    assert sj.job_final({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}) == "Complete"
+    assert sj.job_final({"status": {"conditions": [{"type": "Failed", "status": "True"}]}}) == "Failed"
+    assert sj.job_final({"status": {"conditions": [{"type": "Failed", "status": "False"}]}}) is None
