@@ -132,8 +132,10 @@ def _container_logs(core, namespace: str, pod: Any) -> Iterator[str]:
     runs = ([True] if status is not None and (status.restart_count or 0) > 0 else []) + [False]
     for previous in runs:
         try:
-            yield core.read_namespaced_pod_log(pod.metadata.name, namespace, container=sj.CONTAINER,
-                                               previous=previous)
+            # the raw body: the client's own decoding turns a log into the repr of its bytes
+            resp = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=sj.CONTAINER,
+                                                previous=previous, _preload_content=False)
+            yield resp.data.decode("utf-8", "replace")
         except Exception as e:  # noqa: BLE001
             if http_status(e) in (400, 404):  # not started yet, or the previous run is gone
                 continue
