@@ -46,6 +46,7 @@ def submit_cmd(
     address: Annotated[Optional[str], typer.Option("--address", help="Ray dashboard / Jobs API URL [default: $RAY_ADDRESS, config, or the cluster made by up]", show_default=False)] = None,
     wait_for_nodes: Annotated[bool, typer.Option("--wait-for-nodes/--no-wait-for-nodes", help="wait (up to --timeout) until the GPU workers have joined Ray")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for nodes; the rehearsal's placement timeout")] = 120.0,
+    max_restarts: Annotated[Optional[int], typer.Option("--max-restarts", help="supervise the run: after a failure worth retrying (a lost node, pod or head, a collective timeout, an OOM kill) start it again from its last complete checkpoint, up to N times; 0: not supervised. The supervisor lives beside the cluster: closing this terminal changes nothing [default: 3 for --mode direct when the job saves checkpoints]", show_default=False)] = None,
     follow: Annotated[Optional[bool], typer.Option("--follow/--no-follow", "-f", help="stream the job's logs until it ends; the exit code tells its state [default: on for --rehearse]", show_default=False)] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for the job (repeatable); no credentials", show_default=False)] = None,
     extra_args: Annotated[Optional[str], typer.Option("--extra-args", help="extra train.py flags, one shell-quoted string", show_default=False)] = None,
@@ -95,7 +96,7 @@ def submit_cmd(
                             force=force, miles_commit=miles_commit, model_revision=model_revision,
                             dataset_revision=dataset_revision, num_rollout=num_rollout, timeout=timeout,
                             wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold,
-                            shape_from_cluster=nodes is None and gpus_per_node is None)
+                            shape_from_cluster=nodes is None and gpus_per_node is None, max_restarts=max_restarts)
 
     try:
         validate_request(cfg, request)  # bad input fails here, before any progress line
@@ -131,8 +132,10 @@ def submit_cmd(
     notices(result.to_json())
 
     def summary() -> None:
+        supervised = getattr(result, "max_restarts", None)
         out.print(f"run {result.run}: job {result.submission_id} "
-                  + ("submitted" if result.created else "already exists (not submitted again)")
+                  + (f"supervised (up to {supervised} restart(s)); its supervisor submits it" if supervised else
+                     "submitted" if result.created else "already exists (not submitted again)")
                   + f" on {result.address} [{result.status}]\n"
                   + f"output dir {result.output_dir}; follow with 'miles-ray logs {result.run} --follow'")
 

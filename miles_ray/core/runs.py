@@ -63,6 +63,9 @@ class RunRecord(BaseModel):
     # new_attempt): kept in the record of a created job only
     head: dict[str, Any] | None = None
     attempts: list[dict[str, Any]] | None = None
+    # a supervised run (submit --max-restarts N > 0): ``kind`` (local | kubernetes | polyaxon), ``max_restarts``;
+    # once started ``where`` (the handle's, see miles_ray.services.runs.supervised) and ``started``; ``stopped_at``
+    supervisor: dict[str, Any] | None = None
 
     def split_key(self) -> dict[str, Any]:
         return split_key(self.split)
@@ -286,6 +289,8 @@ class RunStatus(Result):
     recipe: str
     mode: str
     head_lost: "HeadLost | None" = None  # the job was lost with the head it ran on
+    attempts: "list[Attempt] | None" = None  # a supervised run's attempts, oldest first
+    supervisor: "SupervisorState | None" = None  # a supervised run's supervisor
 
     @classmethod
     def of_job(cls, record: Mapping[str, Any], info: JobInfo) -> "RunStatus":
@@ -315,6 +320,37 @@ class HeadLost(Result):
     reason: str
     head: dict[str, Any] | None
     serving_head: dict[str, Any] | None
+
+
+class Attempt(Result):
+    """One attempt of a supervised run, as its supervisor said (``status`` RUNNING until it ended)."""
+
+    attempt: int
+    submission_id: str | None
+    status: str | None
+    started: str | None
+    ended: str | None
+    reason: str | None
+    resumed_from: str | None  # the checkpoint dir it loaded from (None: attempt 1)
+    resumed_iteration: int | None  # the iteration latest_checkpointed_iteration.txt named then (None: not seen)
+    last_step: int | None  # the last training step in its logs
+    retry: bool | None  # once ended: whether another attempt followed
+    why: str | None  # why (not) retried
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> "Attempt":
+        return cls(**{k: data.get(k) for k in cls.model_fields})
+
+
+class SupervisorState(Result):
+    """A supervised run's supervisor: its kind, restart budget, whether it runs, how it finished."""
+
+    kind: str
+    max_restarts: int
+    alive: bool | None
+    finished: str | None
+    reason: str | None
+    stopped_at: str | None
 
 
 RunStatus.model_rebuild()
@@ -418,6 +454,7 @@ class JobSubmitted(Result):
     status: str | None
     miles_version: dict[str, Any] | None = None
     miles_notice: str | None = None
+    max_restarts: int | None = None  # a supervised run: its supervisor submits the attempts (None: not supervised)
     warnings: list[str] = Field(default_factory=list)
 
 

@@ -36,6 +36,7 @@ from miles_ray.core.runs import (RECORDED_ON_CREATION, SCHEMA, ResumeTarget, Run
                                  head_identity, new_attempt, resume_differences, resume_target, run_id_of)
 from miles_ray.core.secrets import HINT as SECRET_HINT
 from miles_ray.core.secrets import secret_name, secret_value
+from miles_ray.core.supervision import DEFAULT_MAX_RESTARTS, MAX_RESTARTS_LIMIT, SPEC_SCHEMA
 
 REHEARSAL_DRIVER = "rehearse.py"
 _CREDENTIAL_FLAG = re.compile(r"(key|token|secret|password|passwd|credentials?)$", re.I)
@@ -108,6 +109,9 @@ class SubmitRequest:
     hold: float = 0  # rehearsal: seconds to keep the placed actors, failing if one dies
     # neither --nodes nor --gpus-per-node given: plan for the live cluster's GPU workers (not in a client dry run)
     shape_from_cluster: bool = False
+    # restarts of a supervised run (None: the default, 3 where a supervisor can run and the job saves checkpoints;
+    # 0: not supervised)
+    max_restarts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,35 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
     if request.hold and not request.rehearse:
         raise ConfigError("--hold keeps a rehearsal's actors in place; it applies to --rehearse only",
                           hint="add --rehearse, or drop --hold")
+    check_max_restarts(request)
     return ValidRequest(request=request, recipe=recipe, plan=plan, image=image, env=parse_env(request.env))
+
+
+def check_max_restarts(request: SubmitRequest) -> None:
+    """--max-restarts: 0..MAX_RESTARTS_LIMIT, for a direct-mode run (a rehearsal writes no checkpoints to resume
+    from; the upstream launcher decides where it loads from)."""
+    n = request.max_restarts
+    if n is None:
+        return
+    if n < 0 or n > MAX_RESTARTS_LIMIT:
+        raise ConfigError(f"--max-restarts {n} is out of range", hint=f"give 0 (not supervised) to "
+                                                                      f"{MAX_RESTARTS_LIMIT}; the default is "
+                                                                      f"{DEFAULT_MAX_RESTARTS}")
+    if request.rehearse:
+        raise ConfigError("--max-restarts means nothing with --rehearse (a rehearsal is never restarted)",
+                          hint="drop --max-restarts")
+    if request.mode == "launcher" and n > 0:
+        raise ConfigError("--max-restarts applies to --mode direct: the upstream launcher decides where it loads "
+                          "checkpoints from, so a supervisor cannot resume it", hint="use --mode direct, or drop "
+                                                                                     "--max-restarts")
+
+
+def supervisor_kind(backend: str, address: str) -> str:
+    """Where a run's supervisor lives: ``polyaxon`` (inside the Polyaxon run of a Polyaxon-made cluster),
+    ``kubernetes`` (a Kubernetes Job beside a KubeRay head), ``local`` (a detached process on this machine)."""
+    if backend == "polyaxon":
+        return "polyaxon"
+    return "kubernetes" if parse_head(address).kind == "kubernetes" else "local"
 
 
 def check_launcher_layout(recipe: Recipe, plan: Plan) -> None:
@@ -181,6 +213,8 @@ class SubmitTarget:
     python: str = "python3"
     # the head's Ray auth as far as known without reading the cluster: (mode, the Secret holding its token)
     head_auth: tuple[str, str | None] | None = None
+    # the kinds of run supervisor that can be started (miles_ray.services.runs.supervised.HANDLES)
+    supervisors: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -217,6 +251,9 @@ class SubmitJob:
     warnings: tuple[str, ...] = ()
     attempt: int = 1  # the run's attempt this job is (2, 3...: its job was lost with its head, see new_attempt)
     replaces: dict[str, Any] | None = None  # a new attempt: the run's record before it (put back if Ray refuses)
+    # a supervised run: what its supervisor's spec needs beyond the first job (kind, max_restarts, resume_job,
+    # checkpoint_dir, gpu_workers, gpus_per_node, workers_timeout); None: not supervised
+    supervision: dict[str, Any] | None = None
 
     def with_head(self, node_id: str | None, pod: Mapping[str, str] | None, started: str) -> "SubmitJob":
         """The job with the head it is submitted to in its record (``head``) and its attempt in ``attempts``: what
@@ -225,6 +262,21 @@ class SubmitJob:
         attempts = new_attempt(self.replaces, self.submission_id, started, head, self.record.get("load_dir")
                                if self.resume else None)
         return replace(self, record={**self.record, "head": head, "attempts": attempts})
+
+    def supervisor_spec(self, head_url: str, token_file: str | None) -> dict[str, Any]:
+        """The JSON spec of this supervised run's supervisor (``miles_ray.core.supervision.SupervisorSpec``),
+        reaching the head at ``head_url`` with the token in ``token_file`` (None: no token)."""
+        sup = self.supervision or {}
+        spec = {"schema": SPEC_SCHEMA, "run": self.run, "head_url": head_url, "token_file": token_file,
+                "submission_id": self.submission_id, "max_restarts": sup.get("max_restarts", 0),
+                "first_job": {"entrypoint": self.entrypoint, "runtime_env": self.runtime_env,
+                              "metadata": self.metadata},
+                "resume_job": sup.get("resume_job"), "checkpoint_dir": sup.get("checkpoint_dir"),
+                "gpu_workers": sup.get("gpu_workers", 0), "gpus_per_node": sup.get("gpus_per_node", 0),
+                "workers_timeout": sup.get("workers_timeout", 600.0)}
+        if sup.get("polyaxon"):
+            spec["polyaxon"] = sup["polyaxon"]
+        return spec
 
     def with_head_auth(self, mode: str, secret: str | None) -> "SubmitJob":
         """The launcher job with the head's own Ray auth (read from its head pod): the token by reference to the
@@ -324,6 +376,17 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
                                                         f"{resuming.checkpoint_dir})")
     mode = "rehearse" if request.rehearse else request.mode
     warnings = unkept_checkpoints(cfg, target.backend, run, ckpt[0], output_dir)
+    supervision = None
+    if mode == "direct" and replaces is None:
+        supervision, note = supervision_of(request, supervisor_kind(target.backend, target.address),
+                                           target.supervisors, ckpt[0])
+        warnings = (*warnings, *note)
+        if supervision is not None:
+            resume_argv = direct_argv(cfg, recipe, plan, output_dir, run_id, request.extra_args,
+                                      num_rollout=request.num_rollout, load_dir=ckpt[0])
+            supervision["resume_job"] = {"entrypoint": shlex.join(resume_argv), "runtime_env": runtime_env}
+            supervision.update(gpu_workers=plan.ray.gpu_workers, gpus_per_node=plan.gpus_per_node,
+                               workers_timeout=max(600.0, request.timeout))
     record = RunRecord(
         schema=SCHEMA, run=run, cluster=cfg.name, backend=target.backend, address=target.address, submission_id=sid,
         mode=mode, created=created, image=str(image) if image else None,
@@ -333,7 +396,9 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         split=plan.model_dump(mode="json", include=_RECORDED_SPLIT), output_dir=output_dir,
         resumed_from=resumed_from, entrypoint=entrypoint, checkpoint_dir=ckpt[0], load_dir=ckpt[1],
         checkpoint_dirs_from=ckpt_from, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig,
-    ).model_dump(by_alias=True, exclude=set(RECORDED_ON_CREATION))
+    ).model_dump(by_alias=True, exclude=set(RECORDED_ON_CREATION) | {"supervisor"})
+    if supervision is not None:
+        record["supervisor"] = {"kind": supervision["kind"], "max_restarts": supervision["max_restarts"]}
     if existing is not None:
         refuse_changed_request(run, existing, record)
     metadata = {"miles_ray_run": run, "recipe": recipe.name, "recipe_hash": recipe.content_hash(),
@@ -356,7 +421,34 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
                      check_data=check_data, resume=resuming,
                      wait_for_nodes=request.wait_for_nodes, timeout=request.timeout, launcher_argv=argv,
                      operation=operation, existing=existing, reconcile_error=reconcile_error, warnings=warnings,
-                     attempt=attempt, replaces=replaces)
+                     attempt=attempt, replaces=replaces,
+                     supervision=None if supervision is None else {
+                         **supervision, "resume_job": {**supervision["resume_job"], "metadata": metadata}})
+
+
+def supervision_of(request: SubmitRequest, kind: str, available: frozenset[str],
+                   save: str | None) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """Whether a direct-mode run is supervised, and a notice when the default does not apply: (``{kind,
+    max_restarts, checkpoint_dir}`` or None, notes). --max-restarts N > 0 where no supervisor can run, or for a job
+    that saves no checkpoints (a new attempt would start over in its output dir), is bad input."""
+    n = request.max_restarts
+    explicit = n is not None
+    n = DEFAULT_MAX_RESTARTS if n is None else n
+    if n == 0:
+        return None, ()
+    if kind not in available:
+        if explicit:
+            raise ConfigError(f"--max-restarts {n}: a run supervisor on a {kind} cluster is not available in this "
+                              "miles-ray", hint="pass --max-restarts 0 (not supervised)")
+        return None, ()
+    if not save:
+        if explicit:
+            raise ConfigError(f"--max-restarts {n}: the job saves no checkpoints (no --save), so a restarted attempt "
+                              "would start over in its output dir", hint="pass --extra-args '--save DIR', or "
+                                                                         "--max-restarts 0")
+        return None, ("the job saves no checkpoints (no --save): not supervised (a restarted attempt would start "
+                      "over)",)
+    return {"kind": kind, "max_restarts": n, "checkpoint_dir": save}, ()
 
 
 # what a run's record keeps of its request, compared when the same run name is submitted again

@@ -5,6 +5,9 @@ A run's job is served by one backend (:class:`RunBackend`): a Ray job on its hea
 the one place that decides which, from the run record; status, logs, stop and the run list ask it and never
 look at the kind of job themselves. Submitting is :mod:`.submit`.
 
+A supervised run (``submit --max-restarts N``, N > 0; a record with a ``supervisor``) is served by
+:class:`~.supervised.SupervisedRun`: its supervisor submits its attempts and carries it through failures.
+
 A run record keeps the head its job started on (Ray's head node id; on Kubernetes the head pod and its UID) and
 the run's ``attempts``. Whenever a verb reads a Ray job's state (status, logs, the run list, doctor RUN, submit of
 an existing run) it compares that head with the head serving now: a job whose head is gone (another pod, another
@@ -26,6 +29,7 @@ from miles_ray.core.results import Result
 from miles_ray.core.submission import SubmitJob
 from miles_ray.services.runs.polyaxon_job import PolyaxonJob
 from miles_ray.services.runs.ray_job import RayJob
+from miles_ray.services.runs.supervised import SupervisedRun
 
 __all__ = ["RunBackend", "backend_for", "list_runs", "live_status", "pick_run", "run_logs", "run_namespace",
            "run_status", "run_stop"]
@@ -67,6 +71,8 @@ def backend_for(record: dict[str, Any], *, kube_context: str | None = None, kube
     configuration a run is being submitted with."""
     if _is_polyaxon_job(record):
         return PolyaxonJob(record, cfg)
+    if record.get("supervisor"):
+        return SupervisedRun(record, kube_context=kube_context, kubeconfig=kubeconfig, url=url)
     return RayJob(record, kube_context=kube_context, kubeconfig=kubeconfig, url=url)
 
 

@@ -33,6 +33,7 @@ from miles_ray.services.probes import launchers_dir, payload_python
 from miles_ray.services.runs import backend_for
 from miles_ray.services.runs.polyaxon_job import launcher_as_polyaxon_job
 from miles_ray.services.runs.ray_job import RayJob, job_or_none
+from miles_ray.services.runs.supervised import supervisor_kinds
 
 __all__ = ["SubmitResult", "dry_run_view", "exec_launcher", "launcher_as_polyaxon_job", "launcher_command", "submit"]
 
@@ -91,7 +92,8 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
     if valid is None:
         valid = validate_request(cfg, request)
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored),
-                          head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None)
+                          head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None,
+                          supervisors=supervisor_kinds())
     run = request.run
     existing = state.read_json(state.record_path(run)) if run and RUN_NAME.fullmatch(run) else None
     recorded = existing
@@ -134,7 +136,8 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
                 view.topology = live
                 return view
         with open_head(job.address, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
-            if job.existing is not None and job.kind == "ray-job" and job.reconcile_error is None:
+            if job.existing is not None and job.kind == "ray-job" and job.reconcile_error is None and not (
+                    recorded or {}).get("supervisor"):  # a supervised run's supervisor starts its attempts
                 prior = RayJob(recorded or job.existing, url=url)
                 info = job_or_none(url, job.existing["submission_id"])
                 lost = prior.lost_on(url, info)
@@ -247,6 +250,10 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
     plan (waiting for nodes if asked); direct mode: the Miles commit in the image vs the catalog's; the data
     preflight; the head's Ray version; then the backend records the run and creates its job (a launcher to run
     here: its record only)."""
+    if job.existing is not None and job.existing.get("supervisor"):  # its supervisor submits its attempts
+        return ExistingJob(run=job.run, submission_id=job.existing["submission_id"], created=False,
+                           address=job.address, status=backend_for(job.existing, url=url).live_state(),
+                           record=str(state.record_path(job.run)), output_dir=job.existing["output_dir"])
     if job.existing is not None:
         found = job_or_none(url, job.existing["submission_id"])
         if found is not None:

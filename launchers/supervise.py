@@ -1,0 +1,435 @@
+#!/usr/bin/env python3
+"""THE run supervisor: carries one run through its failures, on any cluster (a detached process beside the
+embedded cluster, a Kubernetes Job in the cluster, the Polyaxon run of a Miles run).
+
+``python3 supervise.py --spec FILE``: FILE is the JSON spec (``miles_ray.core.supervision.SupervisorSpec``). The
+program talks to the Ray head's Jobs API (``/api/jobs/``) and state API (``/api/v0/nodes``) over plain HTTP, with
+``Authorization: Bearer <token>`` from the spec's token file. It submits the run's attempts one at a time (attempt
+1 under the run's submission id, attempt N under ``<it>-a<N>``), watches each, and when one fails for a reason
+worth retrying (``supervision.classify`` / ``supervision.decide``) waits (bounded) until the GPU workers are ALIVE
+in Ray again and submits the next attempt, which loads the run's last complete checkpoint.
+
+It says what it does on stdout, one event a line (``MILES_RAY_SUPERVISOR {json}``): ``supervisor_started``,
+``attempt_started`` (attempt, submission_id, started, resumed_from, resumed_iteration, adopted),
+``waiting_for_workers`` (have, want, deadline), ``attempt_ended`` (attempt, submission_id, status, ended, reason,
+last_step, retry, why), ``finished`` (status SUCCEEDED | FAILED | STOPPED, reason, attempts). Exit 0 when the run
+SUCCEEDED, 1 when it FAILED or was STOPPED, 2 for a spec it cannot use.
+
+It survives its own restart: on start it lists the run's jobs on the head and ADOPTS an attempt that is PENDING
+or RUNNING instead of submitting; before every submission it lists them again (never two drivers of one run). A
+STOPPED attempt is never followed by another (that is how ``miles-ray stop RUN`` wins any race).
+
+Standard library only (Ray's images and Polyaxon's sidecar have python3, nothing of ours): it imports
+``supervision.py`` and ``metrics.py`` (miles_ray/core's, shipped beside it by
+``miles_ray.adapters.supervisor_program``) from its own directory. An optional reporter (``polyaxon_reporter.py`` beside it) is loaded only when the spec has a ``polyaxon``
+section: see :func:`load_reporter`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Callable
+
+import supervision as sv  # shipped beside this file (miles_ray/core/supervision.py)
+
+HTTP_TIMEOUT = 15.0
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Unreachable(Exception):
+    """The head did not answer (connection refused, reset, timed out)."""
+
+
+class HeadAPI:
+    """The Ray head's REST APIs (Jobs API, state API) over plain HTTP, with the token of ``token_file``."""
+
+    def __init__(self, url: str, token_file: str | None) -> None:
+        self.url = url.rstrip("/")
+        self.token_file = token_file
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self.token_file:
+            try:
+                with open(self.token_file, encoding="utf-8") as fh:
+                    token = fh.read().strip()
+            except OSError:
+                token = ""
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """(HTTP status, JSON answer or text). ``Unreachable`` when the head does not answer at all."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=self._headers())
+        try:
+            with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:  # noqa: S310 - the head's URL
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        except (urllib.error.URLError, OSError) as e:
+            raise Unreachable(str(getattr(e, "reason", e))) from None
+        text = raw.decode("utf-8", "replace")
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def jobs(self) -> list[dict[str, Any]]:
+        status, out = self.call("GET", "/api/jobs/")
+        if status != 200 or not isinstance(out, list):
+            raise Unreachable(f"GET /api/jobs/ answered HTTP {status}")
+        return out
+
+    def job(self, sid: str) -> dict[str, Any] | None:
+        status, out = self.call("GET", f"/api/jobs/{urllib.parse.quote(sid)}")
+        if status == 404:
+            return None
+        if status != 200 or not isinstance(out, dict):
+            raise Unreachable(f"GET /api/jobs/{sid} answered HTTP {status}")
+        return out
+
+    def logs(self, sid: str) -> str | None:
+        status, out = self.call("GET", f"/api/jobs/{urllib.parse.quote(sid)}/logs")
+        return out.get("logs") if status == 200 and isinstance(out, dict) else None
+
+    def submit(self, sid: str, body: sv.JobBody) -> tuple[bool, str]:
+        """(created, what the head said). Not created when a job of that id exists already."""
+        payload: dict[str, Any] = {"entrypoint": body.entrypoint, "submission_id": sid}
+        if body.runtime_env:
+            payload["runtime_env"] = body.runtime_env
+        if body.metadata:
+            payload["metadata"] = body.metadata
+        status, out = self.call("POST", "/api/jobs/", payload)
+        if status == 200:
+            return True, "submitted"
+        return False, f"HTTP {status}: {str(out)[:300]}"
+
+    def stop(self, sid: str) -> None:
+        self.call("POST", f"/api/jobs/{urllib.parse.quote(sid)}/stop")
+
+    def nodes(self) -> list[dict[str, Any]]:
+        status, out = self.call("GET", "/api/v0/nodes?limit=10000")
+        if status != 200 or not isinstance(out, dict):
+            raise Unreachable(f"GET /api/v0/nodes answered HTTP {status}")
+        data = (out.get("data") or {}).get("result") or {}
+        rows = data.get("result", []) if isinstance(data, dict) else data
+        return list(rows or [])
+
+
+def head_of(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ALIVE head node (``node_id``, ``start_time_ms``) and the ids of every ALIVE node (``alive``)."""
+    alive = [n for n in nodes if n.get("state") == "ALIVE"]
+    head = next((n for n in alive if n.get("is_head_node")), None) or {}
+    return {"node_id": head.get("node_id"), "start_time_ms": head.get("start_time_ms"),
+            "alive": {n.get("node_id") for n in alive}}
+
+
+def lost_with_head(job: dict[str, Any], head: dict[str, Any], attempt_head: str | None) -> str | None:
+    """Why a PENDING/RUNNING job is lost (its driver ran on a head that is gone: Ray's job table, kept by GCS fault
+    tolerance, still says RUNNING), None when it is not. Lost when its driver's node is not ALIVE and either the
+    head changed since the attempt started or the job started before the head serving now."""
+    driver = job.get("driver_node_id")
+    if driver and driver in head["alive"]:
+        return None
+    if not head.get("node_id"):
+        return None  # no head ALIVE to compare with: not known yet
+    if attempt_head and attempt_head != head["node_id"]:
+        return f"Ray head node {attempt_head[:16]} is gone (the head now is {head['node_id'][:16]})"
+    started, head_started = job.get("start_time"), head.get("start_time_ms")
+    if started and head_started and started < head_started:
+        return f"the job started before the head now serving ({head['node_id'][:16]}) and its driver runs nowhere"
+    return None
+
+
+def load_reporter(spec: sv.SupervisorSpec) -> Any:
+    """THE HOOK POINT for reporting elsewhere: with a ``polyaxon`` section in the spec, the object made by
+    ``polyaxon_reporter.make_reporter(spec)`` (a module shipped beside this file) gets ``attempt_started(event)``,
+    ``log_chunk(attempt, text)``, ``attempt_ended(event)`` and ``finished(event)``. None without that section. A
+    reporter that fails is said on stderr and never stops the supervisor."""
+    if not spec.polyaxon:
+        return None
+    try:
+        import polyaxon_reporter  # type: ignore[import-not-found]
+
+        return polyaxon_reporter.make_reporter(spec)
+    except Exception as e:  # noqa: BLE001 - reporting is best effort
+        print(f"supervise.py: no Polyaxon reporter ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
+        return None
+
+
+class Supervisor:
+    def __init__(self, spec: sv.SupervisorSpec, api: HeadAPI, reporter: Any = None,
+                 out: Callable[[str], None] | None = None) -> None:
+        self.spec = spec
+        self.api = api
+        self.reporter = reporter
+        self.out = out or (lambda line: (sys.stdout.write(line + "\n"), sys.stdout.flush()))
+        self.steps: dict[int, int | None] = {}  # attempt -> last training step seen in its logs
+        self.log_len: dict[int, int] = {}
+        self.logs_seen: dict[int, str] = {}  # attempt -> the tail of its logs (for the classifier)
+        self.attempt_head: dict[int, str | None] = {}
+        self.attempts_started = 0
+        self.resumed_iteration: dict[int, int | None] = {}  # attempt -> latest_checkpointed_iteration then
+
+    # -- events -----------------------------------------------------------------------------------------------
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"event": kind, **fields}
+        self.out(sv.event_line(kind, **fields))
+        hook = {"attempt_started": "attempt_started", "attempt_ended": "attempt_ended",
+                "finished": "finished"}.get(kind)
+        self._report(hook, event)
+        return event
+
+    def _report(self, method: str | None, *args: Any) -> None:
+        if self.reporter is None or method is None or not hasattr(self.reporter, method):
+            return
+        try:
+            getattr(self.reporter, method)(*args)
+        except Exception as e:  # noqa: BLE001 - reporting is best effort
+            print(f"supervise.py: reporter.{method} failed ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
+
+    def sleep(self) -> None:
+        time.sleep(self.spec.poll_seconds)
+
+    # -- reading the head, patiently --------------------------------------------------------------------------
+    def patiently(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, retried while the head does not answer, up to ``workers_timeout`` seconds (then None)."""
+        deadline = time.monotonic() + max(self.spec.workers_timeout, 30.0)
+        while True:
+            try:
+                return fn()
+            except Unreachable as e:
+                if time.monotonic() > deadline:
+                    print(f"supervise.py: the head did not answer {what} ({e})", file=sys.stderr, flush=True)
+                    return None
+                self.sleep()
+
+    def run_jobs(self) -> dict[int, dict[str, Any]]:
+        """The run's jobs on the head, by attempt."""
+        out = {}
+        for job in self.api.jobs():
+            n = sv.attempt_of(self.spec.submission_id, job.get("submission_id") or "")
+            if n is not None:
+                out[n] = job
+        return out
+
+    def current_head(self) -> dict[str, Any]:
+        return head_of(self.api.nodes())
+
+    def latest_iteration(self) -> int | None:
+        if not self.spec.checkpoint_dir:
+            return None
+        try:
+            with open(os.path.join(self.spec.checkpoint_dir, "latest_checkpointed_iteration.txt")) as fh:
+                return sv.read_latest_iteration(fh.read())
+        except OSError:
+            return None
+
+    def read_logs(self, n: int, sid: str) -> None:
+        try:
+            text = self.api.logs(sid)
+        except Unreachable:
+            return
+        if text is None:
+            return
+        seen = self.log_len.get(n, 0)
+        if len(text) > seen:
+            chunk = text[seen:]
+            self.log_len[n] = len(text)
+            step = sv.last_step(chunk)
+            if step is not None:
+                self.steps[n] = step
+            self.logs_seen[n] = (self.logs_seen.get(n, "") + chunk)[-20000:]
+            self._report("log_chunk", n, chunk)
+
+    # -- the life of a run ------------------------------------------------------------------------------------
+    def main(self) -> int:
+        spec = self.spec
+        self.emit("supervisor_started", run=spec.run, pid=os.getpid(), at=now_iso(), max_restarts=spec.max_restarts)
+        jobs = self.patiently("the run's jobs", self.run_jobs)
+        if jobs is None:
+            return self.finish("FAILED", f"the Ray head at {spec.head_url} did not answer")
+        if jobs:
+            n = max(jobs)
+            for earlier in sorted(jobs):  # what earlier attempts trained (the no-progress rule compares)
+                if earlier < n:
+                    self.read_logs(earlier, jobs[earlier]["submission_id"])
+            if any(j.get("status") == "STOPPED" for j in jobs.values()):
+                return self.finish("STOPPED", f"attempt {min(k for k, j in jobs.items() if j.get('status') == 'STOPPED')}"
+                                              " was stopped: a stopped run is never started again")
+            job = jobs[n]
+            head = self.patiently("its nodes", self.current_head) or {"alive": set(), "node_id": None}
+            if job.get("status") in sv.LIVE and not lost_with_head(job, head, None):
+                self.attempt_head[n] = head.get("node_id")
+                self.started(n, job["submission_id"], adopted=True,
+                             started=_iso_ms(job.get("start_time")) or now_iso())
+            else:
+                self.attempt_head[n] = None
+                self.attempts_started = n
+        else:
+            n = 1
+            code = self.submit(1)
+            if code is not None:
+                return code
+        while True:
+            verdict, step = self.watch(n)
+            previous = self.steps.get(n - 1) if n > 1 else None
+            decision = sv.decide(n, verdict, step, previous, spec.max_restarts)
+            status = {"succeeded": "SUCCEEDED", "stopped": "STOPPED"}.get(verdict.kind, "FAILED")
+            self.emit("attempt_ended", attempt=n, submission_id=sv.attempt_submission_id(spec.submission_id, n),
+                      status=status, ended=now_iso(), reason=verdict.reason, last_step=step,
+                      retry=decision.retry, why=decision.why)
+            if not decision.retry:
+                reason = verdict.reason if status != "FAILED" else f"attempt {n}: {verdict.reason}; not retried: " \
+                                                                     f"{decision.why}"
+                return self.finish(status, reason)
+            if not self.wait_for_workers():
+                return self.finish("FAILED", f"the GPU workers did not come back within {spec.workers_timeout:.0f}s "
+                                             f"(want {spec.gpu_workers}) after attempt {n} failed: {verdict.reason}")
+            n += 1
+            code = self.submit(n)
+            if code is not None:
+                return code
+            n = self.attempts_started
+
+    def finish(self, status: str, reason: str) -> int:
+        self.emit("finished", status=status, reason=reason, at=now_iso(), attempts=self.attempts_started)
+        return 0 if status == "SUCCEEDED" else 1
+
+    def started(self, n: int, sid: str, *, adopted: bool, started: str) -> None:
+        self.attempts_started = n
+        resumed = self.spec.checkpoint_dir if n > 1 else None
+        self.emit("attempt_started", attempt=n, submission_id=sid, started=started, adopted=adopted,
+                  resumed_from=resumed, resumed_iteration=self.resumed_iteration.get(n))
+
+    def submit(self, n: int) -> int | None:
+        """Submit attempt ``n`` -- after confirming no attempt of the run is PENDING or RUNNING (then it is adopted
+        instead) and none was STOPPED (then the run ends STOPPED). None: an attempt is being watched; an exit code:
+        the run ended."""
+        spec = self.spec
+        jobs = self.patiently("the run's jobs", self.run_jobs)
+        if jobs is None:
+            return self.finish("FAILED", f"the Ray head at {spec.head_url} did not answer before attempt {n}")
+        stopped = sorted(k for k, j in jobs.items() if j.get("status") == "STOPPED")
+        if stopped:
+            return self.finish("STOPPED", f"attempt {stopped[0]} was stopped: a stopped run is never started again")
+        head = self.patiently("its nodes", self.current_head) or {"alive": set(), "node_id": None}
+        live = sorted(k for k, j in jobs.items() if j.get("status") in sv.LIVE
+                      and not lost_with_head(j, head, self.attempt_head.get(k)))
+        if live:  # never two drivers: watch the one that runs
+            k = live[-1]
+            self.attempt_head[k] = head.get("node_id")
+            self.started(k, jobs[k]["submission_id"], adopted=True,
+                         started=_iso_ms(jobs[k].get("start_time")) or now_iso())
+            return None
+        n = max([n, *(k + 1 for k in jobs)])
+        sid = sv.attempt_submission_id(spec.submission_id, n)
+        body = spec.first_job if n == 1 else (spec.resume_job or spec.first_job)
+        if n > 1:
+            self.resumed_iteration[n] = self.latest_iteration()
+        try:
+            created, said = self.api.submit(sid, body)
+        except Unreachable as e:
+            return self.finish("FAILED", f"submitting attempt {n} ({sid}): the head did not answer ({e})")
+        if not created and self.patiently("the job", lambda: self.api.job(sid)) is None:
+            return self.finish("FAILED", f"Ray refused attempt {n} ({sid}): {said}")
+        self.attempt_head[n] = head.get("node_id")
+        self.started(n, sid, adopted=not created, started=now_iso())
+        return None
+
+    def watch(self, n: int) -> tuple[sv.Verdict, int | None]:
+        """Follow attempt ``n`` until it ended or was lost with its head: its verdict and last training step."""
+        sid = sv.attempt_submission_id(self.spec.submission_id, n)
+        unreachable_since = None
+        while True:
+            try:
+                job = self.api.job(sid)
+                head = self.current_head()
+            except Unreachable as e:
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > max(self.spec.workers_timeout, 30.0):
+                    return sv.Verdict("failed", f"the Ray head did not answer for {self.spec.workers_timeout:.0f}s "
+                                                f"({e})"), self.steps.get(n)
+                self.sleep()
+                continue
+            unreachable_since = None
+            self.read_logs(n, sid)
+            if job is None:
+                lost = f"the head serving now ({(head.get('node_id') or '?')[:16]}) has no job {sid}"
+                return sv.classify("FAILED", lost=lost), self.steps.get(n)
+            status = job.get("status")
+            if status in sv.FINAL:
+                self.read_logs(n, sid)
+                return sv.classify(status, job.get("message"), self.logs_seen.get(n), job.get("driver_exit_code")), \
+                    self.steps.get(n)
+            lost = lost_with_head(job, head, self.attempt_head.get(n))
+            if lost:
+                return sv.classify("FAILED", job.get("message"), self.logs_seen.get(n), lost=lost), self.steps.get(n)
+            self.sleep()
+
+    def wait_for_workers(self) -> bool:
+        """Until ``gpu_workers`` GPU workers are ALIVE in Ray (saying so while fewer are), up to
+        ``workers_timeout`` seconds."""
+        want = self.spec.gpu_workers
+        if want <= 0:
+            return True
+        deadline = time.time() + self.spec.workers_timeout
+        said = None
+        while True:
+            try:
+                have = sv.gpu_workers_alive(self.api.nodes(), self.spec.gpus_per_node)
+            except Unreachable:
+                have = 0
+            if have >= want:
+                return True
+            if have != said:
+                self.emit("waiting_for_workers", have=have, want=want,
+                          deadline=_dt.datetime.fromtimestamp(deadline, _dt.timezone.utc).isoformat(timespec="seconds"))
+                said = have
+            if time.time() > deadline:
+                return False
+            self.sleep()
+
+
+def _iso_ms(ms: Any) -> str | None:
+    if not isinstance(ms, (int, float)) or ms <= 0:
+        return None
+    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Supervise one miles-ray run on its Ray head.")
+    parser.add_argument("--spec", required=True, help="the supervisor spec (JSON file)")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.spec, encoding="utf-8") as fh:
+            spec = sv.SupervisorSpec.of(json.load(fh))
+    except (OSError, ValueError) as e:
+        print(f"supervise.py: cannot use spec {args.spec}: {e}", file=sys.stderr, flush=True)
+        return 2
+    sup = Supervisor(spec, HeadAPI(spec.head_url, spec.token_file), load_reporter(spec))
+
+    def signalled(signum: int, _frame: Any) -> None:
+        sup.emit("supervisor_signalled", signal=signal.Signals(signum).name, at=now_iso())
+        raise SystemExit(1)
+
+    signal.signal(signal.SIGTERM, signalled)
+    return sup.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

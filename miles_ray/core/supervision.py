@@ -1,0 +1,330 @@
+"""Runs that finish on their own: the supervisor's spec, its events, the failure classifier and the retry decision.
+Pure, and STANDARD LIBRARY ONLY: the supervisor program (``launchers/supervise.py``) runs where nothing of ours
+is installed (a Ray pod, Polyaxon's sidecar image) and imports this module (and ``metrics.py``) shipped beside it
+(``miles_ray.adapters.supervisor_program``).
+
+The supervisor of a run submits the run's attempts to the Ray head's Jobs API, one at a time: attempt 1 under the
+run's submission id, attempt N under ``<it>-a<N>`` (a head that came back keeps the dead job under the old id).
+When an attempt fails for a reason worth retrying (:func:`classify`) and :func:`decide` says so, it waits for the
+GPU workers and submits the next attempt, which loads the run's own last complete checkpoint (``--load <the run's
+save dir>``: Megatron writes ``latest_checkpointed_iteration.txt`` only once a checkpoint is complete).
+
+It says what it does as events, one JSON object a line on stdout, each line prefixed :data:`EVENT_PREFIX`
+(:func:`event_line`, :func:`parse_events`); :func:`fold_attempts` turns them into the run's attempts and
+:func:`final_status` into its end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping
+
+try:  # in the miles_ray package
+    from miles_ray.core.metrics import METRIC_LINE
+except ImportError:  # shipped beside launchers/supervise.py
+    from metrics import METRIC_LINE  # type: ignore[no-redef]
+
+SPEC_SCHEMA = "miles-ray/supervisor-spec/v1"
+EVENT_PREFIX = "MILES_RAY_SUPERVISOR "
+MAX_RESTARTS_LIMIT = 100
+DEFAULT_MAX_RESTARTS = 3
+
+# the events, in the order an attempt goes through them
+EVENTS = ("supervisor_started", "waiting_for_workers", "attempt_started", "attempt_ended", "finished",
+          "supervisor_signalled")
+FINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+LIVE = frozenset({"PENDING", "RUNNING"})
+
+
+class SpecError(ValueError):
+    """A supervisor spec that cannot be used (the program exits 2 saying why)."""
+
+
+# -- the spec --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobBody:
+    """What the Jobs API gets for one attempt (``POST /api/jobs/``) apart from its submission id."""
+
+    entrypoint: str
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any], what: str) -> "JobBody":
+        if not isinstance(data, Mapping) or not isinstance(data.get("entrypoint"), str) or not data["entrypoint"]:
+            raise SpecError(f"{what}: an object with a non-empty 'entrypoint' is needed")
+        return cls(entrypoint=data["entrypoint"], runtime_env=dict(data.get("runtime_env") or {}),
+                   metadata={str(k): str(v) for k, v in (data.get("metadata") or {}).items()})
+
+
+@dataclass(frozen=True)
+class SupervisorSpec:
+    """The supervisor's input (``supervise.py --spec FILE``, JSON).
+
+    ``head_url``: the Ray dashboard / Jobs API (``http://HEAD:8265``), as the supervisor reaches it (in a pod: the
+    head service). ``token_file``: Ray's token (``Authorization: Bearer``), None when the head needs none.
+    ``submission_id``: the run's; attempt N is ``<it>-a<N>``. ``first_job``: attempt 1's body; ``resume_job``: the
+    later attempts' (its entrypoint loads the run's own save dir). ``checkpoint_dir``: the run's save dir, read
+    (``latest_checkpointed_iteration.txt``) where the supervisor can see it. ``gpu_workers``/``gpus_per_node``: the
+    GPU workers to wait for before a retry, up to ``workers_timeout`` seconds. ``polyaxon``: the Polyaxon run to
+    report to (read by the reporter plugged in at :func:`launchers.supervise.load_reporter`), None: none.
+    """
+
+    run: str
+    head_url: str
+    submission_id: str
+    first_job: JobBody
+    resume_job: JobBody | None = None
+    token_file: str | None = None
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    checkpoint_dir: str | None = None
+    gpu_workers: int = 0
+    gpus_per_node: int = 0
+    workers_timeout: float = 600.0
+    poll_seconds: float = 2.0
+    polyaxon: dict[str, Any] | None = None
+    schema: str = SPEC_SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, data: Any) -> "SupervisorSpec":
+        """The spec from its JSON form; :class:`SpecError` names the first thing wrong."""
+        if not isinstance(data, Mapping):
+            raise SpecError("the spec is not a JSON object")
+        if data.get("schema", SPEC_SCHEMA) != SPEC_SCHEMA:
+            raise SpecError(f"spec schema {data.get('schema')!r} is not {SPEC_SCHEMA!r}")
+        for key in ("run", "head_url", "submission_id"):
+            if not isinstance(data.get(key), str) or not data[key]:
+                raise SpecError(f"spec field {key!r} must be a non-empty string")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"unknown spec field(s): {', '.join(unknown)}")
+        max_restarts = data.get("max_restarts", DEFAULT_MAX_RESTARTS)
+        check_max_restarts(max_restarts)
+        resume = data.get("resume_job")
+        if max_restarts and resume is None:
+            raise SpecError("spec field 'resume_job' is needed when max_restarts > 0 (what later attempts run)")
+        numbers = {}
+        for key, default in (("gpu_workers", 0), ("gpus_per_node", 0), ("workers_timeout", 600.0),
+                             ("poll_seconds", 2.0)):
+            value = data.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise SpecError(f"spec field {key!r} must be a number >= 0")
+            numbers[key] = value
+        if numbers["poll_seconds"] <= 0:
+            raise SpecError("spec field 'poll_seconds' must be > 0")
+        return cls(run=data["run"], head_url=data["head_url"].rstrip("/"), submission_id=data["submission_id"],
+                   first_job=JobBody.of(data.get("first_job"), "spec field 'first_job'"),
+                   resume_job=JobBody.of(resume, "spec field 'resume_job'") if resume is not None else None,
+                   token_file=data.get("token_file") or None, max_restarts=int(max_restarts),
+                   checkpoint_dir=data.get("checkpoint_dir") or None, gpu_workers=int(numbers["gpu_workers"]),
+                   gpus_per_node=int(numbers["gpus_per_node"]), workers_timeout=float(numbers["workers_timeout"]),
+                   poll_seconds=float(numbers["poll_seconds"]), polyaxon=data.get("polyaxon") or None)
+
+
+def check_max_restarts(value: Any) -> None:
+    """``--max-restarts`` / the spec's ``max_restarts``: an integer 0..:data:`MAX_RESTARTS_LIMIT`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"max_restarts {value!r} is not an integer")
+    if value < 0 or value > MAX_RESTARTS_LIMIT:
+        raise SpecError(f"--max-restarts {value} is out of range: 0 (not supervised) to {MAX_RESTARTS_LIMIT}")
+
+
+def attempt_submission_id(base: str, attempt: int) -> str:
+    """The Ray submission id of a run's attempt: the run's own for the first, ``<it>-a<N>`` for attempt N (the
+    same rule as :func:`miles_ray.core.runs.attempt_submission_id`, kept here for the program)."""
+    return base if attempt <= 1 else f"{base}-a{attempt}"
+
+
+def attempt_of(base: str, submission_id: str) -> int | None:
+    """Which attempt of the run ``base`` the job ``submission_id`` is (None: not one of the run's)."""
+    if submission_id == base:
+        return 1
+    m = re.fullmatch(re.escape(base) + r"-a(\d+)", submission_id or "")
+    return int(m.group(1)) if m and int(m.group(1)) >= 2 else None
+
+
+# -- events ----------------------------------------------------------------------------------------------------
+
+def event_line(kind: str, **fields: Any) -> str:
+    """One event as the program prints it (one line)."""
+    if kind not in EVENTS:
+        raise ValueError(f"unknown supervisor event {kind!r}")
+    return EVENT_PREFIX + json.dumps({"event": kind, **fields}, sort_keys=True, default=str)
+
+
+def parse_events(text: str) -> list[dict[str, Any]]:
+    """The events in a supervisor's output (other lines, and a line cut off mid-write, are skipped)."""
+    out = []
+    for line in text.splitlines():
+        i = line.find(EVENT_PREFIX)
+        if i < 0:
+            continue
+        try:
+            data = json.loads(line[i + len(EVENT_PREFIX):])
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("event") in EVENTS:
+            out.append(data)
+    return out
+
+
+ATTEMPT_KEYS = ("attempt", "submission_id", "status", "started", "ended", "reason", "resumed_from",
+                "resumed_iteration", "last_step", "retry", "why")
+
+
+def fold_attempts(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The run's attempts, oldest first, from its supervisor's events (a restarted supervisor repeats an
+    attempt's start when it adopts it: one attempt per number, the latest facts win). Each has every key of
+    :data:`ATTEMPT_KEYS` (None where not known yet); ``status`` is RUNNING from its start until it ended."""
+    attempts: dict[int, dict[str, Any]] = {}
+    for ev in events:
+        n = ev.get("attempt")
+        if ev.get("event") not in ("attempt_started", "attempt_ended") or not isinstance(n, int) or n < 1:
+            continue
+        a = attempts.setdefault(n, {k: None for k in ATTEMPT_KEYS} | {"attempt": n})
+        if ev["event"] == "attempt_started":
+            if a["ended"] is not None:  # an ended attempt stays ended (a late duplicate start changes nothing)
+                continue
+            a.update(status="RUNNING", submission_id=ev.get("submission_id"),
+                     started=a["started"] or ev.get("started"))
+            for k in ("resumed_from", "resumed_iteration"):
+                if ev.get(k) is not None:
+                    a[k] = ev[k]
+        else:
+            a.update({k: ev.get(k) for k in ("status", "ended", "reason", "last_step", "retry", "why")})
+            a["submission_id"] = ev.get("submission_id") or a["submission_id"]
+    return [attempts[n] for n in sorted(attempts)]
+
+
+def final_status(events: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The supervisor's ``finished`` event (its last), None while it has not finished."""
+    done = [e for e in events if e.get("event") == "finished"]
+    return dict(done[-1]) if done else None
+
+
+# -- what an attempt's logs say --------------------------------------------------------------------------------
+
+def last_step(logs: str | None) -> int | None:
+    """The last training step (Miles' ``step N: {...}`` line) in an attempt's logs, None before the first."""
+    last = None
+    for line in (logs or "").splitlines():
+        m = METRIC_LINE.search(line)
+        if m and m.group(1) == "step":
+            last = int(m.group(2))
+    return last
+
+
+def read_latest_iteration(text: str | None) -> int | None:
+    """The iteration in Megatron's ``latest_checkpointed_iteration.txt`` (None: unreadable; ``release``: 0)."""
+    t = (text or "").strip()
+    if t == "release":
+        return 0
+    return int(t) if t.isdigit() else None
+
+
+# -- the classifier and the decision ---------------------------------------------------------------------------
+
+# (pattern, what it means): failures worth retrying -- the run's cluster lost a part, not the run's own fault
+_RETRYABLE = (
+    (r"head lost|failed to get job supervisor|Job supervisor actor (?:died|could not be scheduled)",
+     "the Ray head (and the job's driver on it) was lost"),
+    (r"NodeDiedError|node .{0,80}(?:died|is dead|was terminated|has been marked dead)|raylet .{0,40}died|"
+     r"RayletDied|The node with node id .{0,80}(?:died|has been marked dead)", "a Ray node was lost"),
+    (r"ActorDiedError|ActorUnavailableError|RayActorError|The actor died|actor .{0,60}died unexpectedly|"
+     r"owner .{0,40}died|WorkerCrashedError|worker .{0,40}(?:died|exited unexpectedly)", "a Ray actor or worker died"),
+    (r"Watchdog caught collective operation timeout|NCCL.{0,80}(?:timeout|timed out|Timeout)|"
+     r"collective.{0,40}timed? ?out|ProcessGroupNCCL.{0,80}(?:error|Error)|NCCL communicator was aborted",
+     "a collective (NCCL) timed out"),
+    (r"OutOfMemoryError: .{0,40}(?:Task was killed|killed)|memory monitor|OOM[- ]kill|oom_kill|"
+     r"Killed process|exit code 137|exit code -9|exited with code 137|signal 9|SIGKILL",
+     "a process was killed (OOM killer or node loss: SIGKILL)"),
+    (r"ConnectionError|Connection (?:refused|reset)|connection to the (?:head|GCS) .{0,20}lost|"
+     r"Failed to connect to GCS|GCS .{0,40}(?:unavailable|timed out)|RpcError", "the connection to the head was lost"),
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What ended an attempt: ``kind`` ``succeeded`` | ``stopped`` | ``retryable`` | ``failed``; ``reason``: one
+    line (Ray's message, or what the classifier recognised)."""
+
+    kind: str
+    reason: str
+
+
+def _tail(text: str | None, lines: int = 60) -> str:
+    return "\n".join((text or "").splitlines()[-lines:])
+
+
+def classify(status: str, message: str | None = None, logs: str | None = None, exit_code: int | None = None,
+             lost: str | None = None) -> Verdict:
+    """Why an attempt ended (``status``: Ray's job status; ``message``: its message; ``logs``: the attempt's logs
+    (their tail is read); ``exit_code``: the driver's; ``lost``: the supervisor found the job lost with its head,
+    and why)."""
+    if status == "SUCCEEDED":
+        return Verdict("succeeded", "the job succeeded")
+    if status == "STOPPED":
+        return Verdict("stopped", "the job was stopped ('miles-ray stop' or 'ray job stop')")
+    first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    if lost:
+        return Verdict("retryable", f"the Ray head (and the job's driver on it) was lost: {lost}")
+    if exit_code in (137, -9):
+        return Verdict("retryable", f"the driver was killed (exit code {exit_code}: SIGKILL, the OOM killer or a "
+                                    "lost node)" + (f"; {first}" if first else ""))
+    text = f"{message or ''}\n{_tail(logs)}"
+    for pattern, what in _RETRYABLE:
+        m = re.search(pattern, text, re.I)
+        if m:
+            return Verdict("retryable", f"{what} ({m.group(0).strip()[:120]})" + (f"; {first}" if first else ""))
+    return Verdict("failed", first or f"the job {status.lower()}" + (
+        f" (driver exit code {exit_code})" if exit_code is not None else ""))
+
+
+@dataclass(frozen=True)
+class Decision:
+    retry: bool
+    why: str
+
+
+def decide(attempt: int, verdict: Verdict, step: int | None, previous_step: int | None,
+           max_restarts: int) -> Decision:
+    """Whether to start attempt ``attempt + 1`` after ``attempt`` ended with ``verdict`` (``step``: its last
+    training step, None before the first; ``previous_step``: the previous attempt's, None: none, or it trained
+    none). Never retried: a stop, a failure not known to be transient, a failure before the attempt's first step
+    (bad flag, missing data, import error), a failure with no progress since the previous attempt, or once
+    ``max_restarts`` restarts are spent."""
+    if verdict.kind == "succeeded":
+        return Decision(False, "the run succeeded")
+    if verdict.kind == "stopped":
+        return Decision(False, "stopped: a stopped run is never started again")
+    if verdict.kind != "retryable":
+        return Decision(False, "not a failure worth retrying (not a lost node, pod or head, a collective timeout, an "
+                               "OOM kill or a lost connection)")
+    if step is None:
+        return Decision(False, "it failed before its first training step (a bad flag, missing data or an import "
+                               "error fails the same way again)")
+    if previous_step is not None and step <= previous_step:
+        return Decision(False, f"no progress since the previous attempt (last step {step}, the previous attempt's "
+                               f"{previous_step})")
+    if attempt > max_restarts:
+        return Decision(False, f"the restart budget is spent (--max-restarts {max_restarts}, {attempt} attempt(s))")
+    return Decision(True, f"{verdict.reason.split(' (')[0]}; progress to step {step}: restart "
+                          f"{attempt} of {max_restarts}")
+
+
+def gpu_workers_alive(nodes: Iterable[Mapping[str, Any]], gpus_per_node: int) -> int:
+    """ALIVE GPU workers among Ray's nodes (``/api/v0/nodes`` rows: ``state``, ``is_head_node``,
+    ``resources_total``), counting those with at least ``gpus_per_node`` GPUs."""
+    have = 0
+    for n in nodes:
+        gpus = float((n.get("resources_total") or {}).get("GPU", 0) or 0)
+        if n.get("state") == "ALIVE" and gpus > 0 and gpus >= gpus_per_node:
+            have += 1
+    return have

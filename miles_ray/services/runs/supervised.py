@@ -1,0 +1,253 @@
+"""A supervised run (``submit --max-restarts N``, N > 0): its attempts are submitted and carried through failures by
+its supervisor (the program ``launchers/supervise.py``), which lives beside the cluster: a detached process here
+(:class:`miles_ray.adapters.local_ray.supervisor.LocalSupervisor`), a Kubernetes Job, or the Polyaxon run. submit
+starts the supervisor and returns; the supervisor submits attempt 1 itself (one submitter).
+
+:class:`SupervisedRun` is the run backend of such a run (``backend_for`` picks it when the record has a
+``supervisor``): its state is the supervisor's final status once it finished, else its current attempt's (a Ray
+job, read through :class:`miles_ray.services.runs.ray_job.RayJob`); its logs are every attempt's in order; stop
+stops the current attempt's job, then the supervisor, then any attempt started meanwhile.
+
+A kind of supervisor is one class with the :class:`SupervisorHandle` methods, registered in :data:`HANDLES`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from typing import Any, Callable, Iterator, Protocol
+
+from miles_ray.adapters import ray_auth, ray_jobs, state
+from miles_ray.adapters.local_ray.supervisor import LocalSupervisor
+from miles_ray.adapters.ray_head import local_token_path
+from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.runs import Attempt, JobSubmitted, RunStatus, SavedCopySource, Stopped, SupervisorState
+from miles_ray.core.submission import SubmitJob
+from miles_ray.core.supervision import (LIVE, attempt_of, attempt_submission_id, final_status,
+                                        fold_attempts)
+from miles_ray.services.runs.ray_job import RayJob
+
+
+class SupervisorHandle(Protocol):
+    """One run's supervisor, wherever it lives. ``kind``: ``local`` | ``kubernetes`` | ``polyaxon``."""
+
+    kind: str
+
+    def start(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Start the supervisor with ``spec`` (the JSON of ``miles_ray.core.supervision.SupervisorSpec``); return
+        where it is (kept in the run record's ``supervisor.where``, given back to the handle's constructor)."""
+
+    def events(self) -> list[dict[str, Any]]:
+        """Its events so far (parsed ``MILES_RAY_SUPERVISOR`` lines), oldest first."""
+
+    def alive(self) -> bool | None:
+        """Whether it still runs (None: not known)."""
+
+    def stop(self) -> None:
+        """Stop it (nothing it would submit after this)."""
+
+    def token_file(self, token: str) -> str:
+        """Where the supervisor reads the head's token from, given the token (a file it can read)."""
+
+
+# kind -> the handle of a run: factory(run name, the record's supervisor.where)
+HANDLES: dict[str, Callable[[str, dict[str, Any] | None], SupervisorHandle]] = {
+    "local": LocalSupervisor,
+}
+
+
+def handle_for(record: dict[str, Any]) -> SupervisorHandle:
+    sup = record.get("supervisor") or {}
+    factory = HANDLES.get(sup.get("kind"))
+    if factory is None:
+        raise ConfigError(f"run {record['run']} has a supervisor of kind {sup.get('kind')!r}, which this miles-ray "
+                          "does not know", hint="upgrade miles-ray")
+    return factory(record["run"], sup.get("where"))
+
+
+def supervisor_kinds() -> frozenset[str]:
+    """The kinds of supervisor this miles-ray can start."""
+    return frozenset(HANDLES)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class SupervisedRun:
+    """The run backend of a supervised run (see the module docstring)."""
+
+    def __init__(self, record: dict[str, Any], *, kube_context: str | None = None, kubeconfig: str | None = None,
+                 url: str | None = None) -> None:
+        self.record = record
+        self.kube_context = kube_context
+        self.kubeconfig = kubeconfig
+        self.url = url
+
+    # -- submit ------------------------------------------------------------------------------------------------
+    def submit(self, job: SubmitJob) -> JobSubmitted:
+        """Record the run and start its supervisor (which submits attempt 1). The record goes again when the
+        supervisor cannot be started."""
+        if self.url is None:
+            raise ClusterError(f"run {job.run}: no head to supervise")
+        handle = HANDLES[job.record["supervisor"]["kind"]](job.run, None)
+        token_file = local_token_path(self.url)
+        if token_file is None and ray_auth.token_for(self.url):
+            token_file = handle.token_file(ray_auth.token_for(self.url) or "")
+        record = {**job.record, "attempts": []}
+        state.create_record(record) if job.existing is None else state.save_record(record)
+        try:
+            where = handle.start(job.supervisor_spec(self.url, token_file))
+        except BaseException:
+            state.record_path(job.run).unlink(missing_ok=True)
+            raise
+        record["supervisor"] = {**record["supervisor"], "where": where, "started": _now()}
+        state.save_record(record)
+        return JobSubmitted(run=job.run, submission_id=job.submission_id, created=True, address=job.address,
+                            record=str(state.record_path(job.run)), output_dir=job.output_dir,
+                            entrypoint=job.entrypoint, status="PENDING",
+                            max_restarts=record["supervisor"].get("max_restarts"))
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
+        handle = handle_for(self.record)
+        events = handle.events()
+        return events, fold_attempts(events), final_status(events)
+
+    def _attempt_job(self, attempt: dict[str, Any]) -> RayJob:
+        """The Ray job of one attempt (a record copy under the attempt's submission id; never saved)."""
+        rec = {**self.record, "submission_id": attempt.get("submission_id") or attempt_submission_id(
+            self.record["submission_id"], attempt["attempt"]), "head": None, "attempts": None}
+        return RayJob(rec, kube_context=self.kube_context, kubeconfig=self.kubeconfig, url=self.url)
+
+    def _sync(self, attempts: list[dict[str, Any]]) -> None:
+        """Keep the record's ``attempts`` as the supervisor says (``runs`` counts them)."""
+        if attempts and attempts != self.record.get("attempts"):
+            self.record = {**self.record, "attempts": attempts}
+            current = state.read_json(state.record_path(self.record["run"])) or {}
+            state.save_record({**current, "attempts": attempts} if current else self.record)
+
+    def supervisor_state(self, final: dict[str, Any] | None) -> SupervisorState:
+        sup = self.record.get("supervisor") or {}
+        return SupervisorState(kind=sup.get("kind") or "?", max_restarts=sup.get("max_restarts") or 0,
+                               alive=handle_for(self.record).alive(), finished=final.get("status") if final else None,
+                               reason=final.get("reason") if final else None, stopped_at=sup.get("stopped_at"))
+
+    def state(self) -> RunStatus:
+        rec = self.record
+        _, attempts, final = self._events()
+        self._sync(attempts)
+        sup = self.supervisor_state(final)
+        views = [Attempt.of(a) for a in attempts]
+        base = dict(run=rec["run"], address=rec["address"], output_dir=rec["output_dir"], recipe=rec["recipe"],
+                    mode=rec["mode"], attempts=views, supervisor=sup)
+        current = attempts[-1] if attempts else None
+        sid = (current or {}).get("submission_id") or rec["submission_id"]
+        if final is not None:
+            return RunStatus(submission_id=sid, status=final.get("status"), message=final.get("reason"), **base)
+        if sup.stopped_at:
+            return RunStatus(submission_id=sid, status="STOPPED", message=f"stopped at {sup.stopped_at}", **base)
+        if current is None:
+            if sup.alive:
+                return RunStatus(submission_id=sid, status="PENDING", message="the supervisor is starting attempt 1",
+                                 **base)
+            return RunStatus(submission_id=sid, status="FAILED", message="the supervisor ended before it submitted "
+                                                                         "attempt 1", **base)
+        if current.get("ended") and sup.alive:  # between attempts: waiting for workers, or about to submit
+            return RunStatus(submission_id=sid, status="PENDING", message=f"attempt {current['attempt']} ended "
+                             f"({current.get('reason')}); {current.get('why')}", **base)
+        job = self._attempt_job(current).state()
+        data = job.model_dump(exclude_unset=True, exclude={"run", "address", "output_dir", "recipe", "mode",
+                                                           "submission_id"})
+        if sup.alive is False:
+            data["message"] = (data.get("message") or "") + " (its supervisor is not running)"
+        return RunStatus(submission_id=sid, **{**data, **base})
+
+    def live_state(self) -> str:
+        try:
+            _, attempts, final = self._events()
+        except ConfigError:
+            return "UNKNOWN"
+        if final is not None:
+            return str(final.get("status"))
+        if (self.record.get("supervisor") or {}).get("stopped_at"):
+            return "STOPPED"
+        if not attempts or attempts[-1].get("ended"):
+            return "PENDING"
+        return self._attempt_job(attempts[-1]).live_state()
+
+    def head_lost(self) -> dict[str, Any] | None:
+        return None  # the supervisor finds a lost head itself and starts the next attempt
+
+    def logs(self, follow: bool, on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
+        """Every attempt's logs in order, each after a header line; followed (``follow``) until the supervisor
+        finished (or is gone)."""
+        done: set[int] = set()
+        while True:
+            _, attempts, final = self._events()
+            alive = handle_for(self.record).alive()
+            for a in attempts:
+                n = a["attempt"]
+                if n in done:
+                    continue
+                ended = a.get("ended") is not None or final is not None or not follow
+                if not ended and not follow:
+                    continue
+                yield header(a)
+                try:
+                    for chunk in self._attempt_job(a).logs(follow and not ended, on_saved_copy):
+                        yield chunk
+                except ClusterError as e:
+                    yield f"(the logs of attempt {n} cannot be read: {e.message})\n"
+                done.add(n)
+            if not follow or final is not None or alive is False:
+                return
+            time.sleep(1.0)
+
+    # -- stop ---------------------------------------------------------------------------------------------------
+    def stop(self, wait_timeout: float | None = 60) -> Stopped:
+        """Stop the current attempt's job (a STOPPED attempt is never followed by another), then the supervisor,
+        then any attempt of the run it started meanwhile. Nothing brings the run back."""
+        rec = self.record
+        _, attempts, final = self._events()
+        current = attempts[-1] if attempts else None
+        result = None
+        if current is not None and not current.get("ended"):
+            result = self._attempt_job(current).stop(wait_timeout)
+        handle_for(rec).stop()
+        stopped_more = self._stop_live_attempts()
+        sup = dict(rec.get("supervisor") or {})
+        if final is None and not sup.get("stopped_at"):
+            sup["stopped_at"] = _now()
+            self.record = {**(state.read_json(state.record_path(rec["run"])) or rec), "supervisor": sup}
+            state.save_record(self.record)
+        sid = (current or {}).get("submission_id") or rec["submission_id"]
+        if result is not None:
+            return Stopped(run=rec["run"], submission_id=sid, stopped=result.stopped, status=result.status)
+        return Stopped(run=rec["run"], submission_id=sid, stopped=final is None or stopped_more,
+                       status="STOPPED" if final is None else final.get("status"))
+
+    def _stop_live_attempts(self) -> bool:
+        """Stop every PENDING/RUNNING job of the run (an attempt submitted just before the supervisor stopped)."""
+        rec, stopped = self.record, False
+        job = RayJob(rec, kube_context=self.kube_context, kubeconfig=self.kubeconfig, url=self.url)
+        try:
+            with job._head() as url:  # noqa: SLF001 - the same head
+                for info in ray_jobs.list_jobs(url):
+                    sid = info.get("job_id") or ""
+                    if attempt_of(rec["submission_id"], sid) and info.get("status") in LIVE:
+                        ray_jobs.stop(url, sid)
+                        stopped = True
+        except ClusterError:
+            pass
+        return stopped
+
+
+def header(attempt: dict[str, Any]) -> str:
+    """The line before an attempt's logs (``logs RUN``)."""
+    n, sid = attempt["attempt"], attempt.get("submission_id")
+    where = ""
+    if attempt.get("resumed_from"):
+        it = attempt.get("resumed_iteration")
+        where = f", resumed from {attempt['resumed_from']}" + (f" iter {it}" if it is not None else "")
+    return f"== attempt {n} ({sid}){where} ==\n"
