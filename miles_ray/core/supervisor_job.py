@@ -1,5 +1,6 @@
 """The run supervisor on a KubeRay cluster as Kubernetes objects: a ConfigMap holding the supervisor program
-(``launchers/supervise.py`` and the pure modules it imports) and its spec, and a ``batch/v1`` Job
+(``launchers/supervise.py`` and the pure modules it imports from its own directory:
+:func:`miles_ray.adapters.supervisor_program.program_files`) and its spec, and a ``batch/v1`` Job
 ``<run>-supervisor`` that runs it in the cluster's own pinned image. Pure: dicts in, dicts out.
 
 Why a Job and not KubeRay's RayJob with ``clusterSelector``: a RayJob's submitter (K8sJobMode) submits ONE
@@ -133,8 +134,7 @@ def build_job(raycluster: dict[str, Any], run: str, program: dict[str, str]) -> 
     mounts = [copy.deepcopy(m) for m in ray.get("volumeMounts") or [] if m["name"] in keep]
     volumes.append({"name": "supervisor", "configMap": {"name": name, "items": files}})
     mounts.append({"name": "supervisor", "mountPath": ROOT, "readOnly": True})
-    env = [{"name": "PYTHONPATH", "value": ROOT}, {"name": "PYTHONUNBUFFERED", "value": "1"},
-           {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]
+    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]
     secret = token_secret(raycluster)
     if secret:
         volumes.append({"name": "ray-token", "secret": {"secretName": secret, "defaultMode": 0o440,

@@ -17,8 +17,7 @@ from miles_ray.core.planner import plan_split
 from miles_ray.core.recipes import BUILTIN
 from tests.conftest import IMAGE
 
-PROGRAM = {"supervise.py": "import miles_ray.core.supervision\n", "miles_ray/__init__.py": "",
-           "miles_ray/core/__init__.py": "", "miles_ray/core/supervision.py": "X = 1\n"}
+PROGRAM = {"supervise.py": "import supervision\n", "supervision.py": "import metrics\n", "metrics.py": "X = 1\n"}
 SPEC = {"run": "r1", "max_restarts": 3}
 RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
                       "projected", "secret"}
@@ -70,7 +69,7 @@ def test_configmap_holds_the_program_its_modules_and_the_spec_laid_out_under_opt
     _, cm, job = _objects()
     assert json.loads(cm["data"]["spec.json"]) == SPEC
     assert cm["data"]["supervise.py"] == PROGRAM["supervise.py"]
-    assert cm["data"]["miles_ray.core.supervision.py"] == PROGRAM["miles_ray/core/supervision.py"]
+    assert cm["data"]["supervision.py"] == PROGRAM["supervision.py"]
     assert all("/" not in k for k in cm["data"])  # ConfigMap keys allow no '/'
     pod = job["spec"]["template"]["spec"]
     [vol] = [v for v in pod["volumes"] if v["name"] == "supervisor"]
@@ -79,7 +78,6 @@ def test_configmap_holds_the_program_its_modules_and_the_spec_laid_out_under_opt
     assert laid_out == {**PROGRAM, "spec.json": cm["data"]["spec.json"]}
     [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "supervisor"]
     assert mount == {"name": "supervisor", "mountPath": "/opt/miles-ray", "readOnly": True}
-    assert {"name": "PYTHONPATH", "value": "/opt/miles-ray"} in pod["containers"][0]["env"]
     with pytest.raises(ValueError, match="supervise.py"):
         sj.build_configmap(_raycluster(), "r1", {"x.py": ""}, SPEC)
 
@@ -169,3 +167,29 @@ def test_job_final_reads_the_conditions() -> None:
     assert sj.job_final({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}) == "Complete"
     assert sj.job_final({"status": {"conditions": [{"type": "Failed", "status": "True"}]}}) == "Failed"
     assert sj.job_final({"status": {"conditions": [{"type": "Failed", "status": "False"}]}}) is None
+
+
+def test_the_configmap_holds_a_program_that_runs_where_nothing_of_miles_ray_is_installed(tmp_path) -> None:
+    """The real program (supervise.py and the modules it imports from its own directory), laid out as the pod
+    mounts the ConfigMap, run by a python without site-packages (-S -E: no miles_ray importable): it reads its spec and refuses a
+    bad one with exit 2 -- so every import resolved from the mounted directory alone."""
+    import json
+    import subprocess
+    import sys
+
+    from miles_ray.adapters.supervisor_program import program_files
+
+    program = program_files()
+    rc = _raycluster()
+    cm, job = sj.build_configmap(rc, "r1", program, SPEC), sj.build_job(rc, "r1", program)
+    assert sum(len(v.encode()) for v in cm["data"].values()) < 1024 * 1024  # a ConfigMap holds at most 1 MiB
+    [vol] = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "supervisor"]
+    for item in vol["configMap"]["items"]:
+        (tmp_path / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / item["path"]).write_text(cm["data"][item["key"]])
+    assert json.loads((tmp_path / "spec.json").read_text()) == SPEC
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    argv = [sys.executable, "-S", "-E", *[a.replace(sj.ROOT, str(tmp_path)) for a in command[1:]]]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "spec" in (proc.stdout + proc.stderr).lower()

@@ -1,71 +1,20 @@
 """A run's supervisor on Kubernetes (the ConfigMap and Job of :mod:`miles_ray.core.supervisor_job`): created whole
 or not at all, its event lines read from its pods' logs (every pod, every container run, in order), whether it
 still runs, how it ended (the Job's conditions and its container's termination message), and deleted with its
-pods (foreground propagation, waited for). Also the program it runs: ``launchers/supervise.py`` and the
-``miles_ray`` modules it imports, read from the installed package.
+pods (foreground propagation, waited for).
 
 kubernetes is imported lazily inside the functions.
 """
 
 from __future__ import annotations
 
-import ast
 import time
-from importlib import resources
 from typing import Any, Iterator
 
 from miles_ray.adapters.kube.client import api_error, http_status
 from miles_ray.core import supervisor_job as sj
 from miles_ray.core.errors import ClusterError, Conflict, TimedOut
-
-EVENT_PREFIX = "MILES_RAY_SUPERVISOR "
-
-
-def _package_file(module: str) -> tuple[str, str] | None:
-    """(path under the program root, text) of a ``miles_ray`` module or package, None when it is not one."""
-    parts = module.split(".")
-    base = resources.files("miles_ray")
-    for p in parts[1:-1]:
-        base = base / p
-    for candidate, path in ((base / parts[-1] / "__init__.py", "/".join(parts) + "/__init__.py"),
-                            (base / f"{parts[-1]}.py", "/".join(parts) + ".py")):
-        if len(parts) > 1 and candidate.is_file():
-            return path, candidate.read_text()
-    return None
-
-
-def _imported(text: str) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)  # `from miles_ray.core import x`
-    return {n for n in names if n == "miles_ray" or n.startswith("miles_ray.")}
-
-
-def program_files() -> dict[str, str]:
-    """The supervisor program as files under the program root: ``supervise.py`` (the launcher) and every
-    ``miles_ray`` module it imports, transitively, with their packages' ``__init__.py``. The image brings Python
-    (Ray needs it); nothing of miles-ray has to be in it."""
-    files = {sj.PROGRAM: (resources.files("miles_ray.launchers") / sj.PROGRAM).read_text()}
-    todo = list(_imported(files[sj.PROGRAM]))
-    seen: set[str] = set()
-    while todo:
-        module = todo.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        parts = module.split(".")
-        for i in range(1, len(parts)):  # the packages on the way
-            todo.append(".".join(parts[:i]))
-        found = _package_file(module) if len(parts) > 1 else ("miles_ray/__init__.py",
-                                                               (resources.files("miles_ray") / "__init__.py").read_text())
-        if found and found[0] not in files:
-            files[found[0]] = found[1]
-            todo.extend(_imported(found[1]))
-    return files
+from miles_ray.core.supervision import parse_events
 
 
 def _names(namespace: str, run: str) -> tuple[str, str]:
@@ -153,18 +102,7 @@ def log_lines(api_client, namespace: str, run: str) -> list[str]:
 
 def events(api_client, namespace: str, run: str) -> list[dict[str, Any]]:
     """The supervisor's events (its ``MILES_RAY_SUPERVISOR {json}`` lines), in the order it printed them."""
-    import json
-
-    out = []
-    for line in log_lines(api_client, namespace, run):
-        if line.startswith(EVENT_PREFIX):
-            try:
-                event = json.loads(line[len(EVENT_PREFIX):])
-            except ValueError:
-                continue  # a line cut short when its container was killed
-            if isinstance(event, dict):
-                out.append(event)
-    return out
+    return parse_events("\n".join(log_lines(api_client, namespace, run)))
 
 
 def alive(api_client, namespace: str, run: str) -> bool:
