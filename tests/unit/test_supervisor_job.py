@@ -193,3 +193,30 @@ def test_the_configmap_holds_a_program_that_runs_where_nothing_of_miles_ray_is_i
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "spec" in (proc.stdout + proc.stderr).lower()
+
+
+def test_the_pod_reaches_the_head_by_service_name_and_reads_the_token_file() -> None:
+    """The spec the client built (its head URL a port-forward on this machine, its token file here) is rewritten
+    for the pod: the head Service's name and the token file the Job mounts; nothing else changes."""
+    from miles_ray.services.runs.supervised_kube import in_cluster_spec
+
+    spec = {"run": "r1", "head_url": "http://127.0.0.1:40123", "token_file": "/home/me/.ray/token", "max_restarts": 3}
+    out = in_cluster_spec(spec, _raycluster())
+    assert out == {**spec, "head_url": "http://miles-test-head-svc.ml.svc.cluster.local:8265",
+                   "token_file": sj.TOKEN_FILE}
+    assert in_cluster_spec(spec, _raycluster(ray_auth="none"))["token_file"] is None
+
+
+def test_the_handle_finds_its_cluster_in_the_run_record_once_it_exists(tmp_path, monkeypatch) -> None:
+    """SupervisedRun makes the handle before it writes the run record: the handle reads the record only when
+    first asked where the supervisor lives (its start), then keeps it in ``where``."""
+    from miles_ray.adapters import state
+    from miles_ray.services.runs.supervised_kube import KubeSupervisor
+
+    monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path))
+    handle = KubeSupervisor("r1", None)  # no record yet: nothing read
+    state.runs_dir().mkdir(parents=True, exist_ok=True)
+    state.save_record({"run": "r1", "address": "k8s://ml/miles-test", "kube_context": "ctx", "kubeconfig": None})
+    assert (handle.namespace, handle.cluster) == ("ml", "miles-test")
+    assert handle.where == {"namespace": "ml", "cluster": "miles-test", "kube_context": "ctx", "kubeconfig": None}
+    assert KubeSupervisor("r1", {"namespace": "a", "cluster": "b"}).namespace == "a"
