@@ -5,7 +5,9 @@ with only ray and the standard library (torch when present), inside the image:
 * ``check_data.py`` -- the data and checkpoint preflight on every node (``check-data``, ``doctor``, ``submit``);
 * ``comm_check.py`` -- the all-reduce across the GPU workers (``comm-check``);
 * ``list_checkpoints.py`` -- a run's checkpoints, listed where they were written (``register``);
-* ``miles_commit.py`` -- the commit of the Miles checkout in the image (``submit`` in direct mode, ``doctor``).
+* ``miles_commit.py`` -- the commit of the Miles checkout in the image (``submit`` in direct mode, ``doctor``);
+* ``supervise.py`` -- not a job: the run supervisor program (``submit --max-restarts``), shipped with
+  miles_ray/core's ``supervision.py`` and ``metrics.py`` beside it (``miles_ray.adapters.supervisor_program``).
 
 The probes print their answer as one ``MILES_RAY_PROBE_RESULT {json}`` line (``miles_ray.core.probes``).
 """

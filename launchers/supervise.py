@@ -39,9 +39,11 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable
 
-import supervision as sv  # shipped beside this file (miles_ray/core/supervision.py)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (python3 -I leaves the script's dir out)
+import supervision as sv  # noqa: E402 - shipped beside this file (miles_ray/core/supervision.py)
 
 HTTP_TIMEOUT = 15.0
+LOG_READ_SECONDS = 10.0  # a running attempt's logs are read (whole: the Jobs API has no offset) this often at most
 
 
 def now_iso() -> str:
@@ -50,6 +52,10 @@ def now_iso() -> str:
 
 class Unreachable(Exception):
     """The head did not answer (connection refused, reset, timed out)."""
+
+
+class Refused(Exception):
+    """The head refused the supervisor's token (HTTP 401/403): waiting changes nothing."""
 
 
 class HeadAPI:
@@ -83,6 +89,9 @@ class HeadAPI:
         except (urllib.error.URLError, OSError) as e:
             raise Unreachable(str(getattr(e, "reason", e))) from None
         text = raw.decode("utf-8", "replace")
+        if status in (401, 403):
+            raise Refused(f"{method} {path}: HTTP {status} ({'no token' if status == 401 else 'a wrong token'}; "
+                          f"token file {self.token_file or 'none'})")
         try:
             return status, json.loads(text)
         except ValueError:
@@ -355,6 +364,7 @@ class Supervisor:
         """Follow attempt ``n`` until it ended or was lost with its head: its verdict and last training step."""
         sid = sv.attempt_submission_id(self.spec.submission_id, n)
         unreachable_since = None
+        next_log_read = 0.0
         while True:
             try:
                 job = self.api.job(sid)
@@ -367,7 +377,9 @@ class Supervisor:
                 self.sleep()
                 continue
             unreachable_since = None
-            self.read_logs(n, sid)
+            if time.monotonic() >= next_log_read:
+                self.read_logs(n, sid)
+                next_log_read = time.monotonic() + max(LOG_READ_SECONDS, self.spec.poll_seconds)
             if job is None:
                 lost = f"the head serving now ({(head.get('node_id') or '?')[:16]}) has no job {sid}"
                 return sv.classify("FAILED", lost=lost), self.steps.get(n)
@@ -428,7 +440,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(1)
 
     signal.signal(signal.SIGTERM, signalled)
-    return sup.main()
+    try:
+        return sup.main()
+    except Refused as e:
+        return sup.finish("FAILED", f"the Ray head at {spec.head_url} refused the supervisor: {e}")
 
 
 if __name__ == "__main__":

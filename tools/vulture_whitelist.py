@@ -77,7 +77,6 @@ _.schema_  # core/runs.py: "schema" (alias)
 _.image_digest  # core/runs.py: read back by key (core/metrics PROVENANCE, services/registry)
 _.recipe_spec  # core/runs.py: read back by key (core/metrics)
 _.checkpoint_dirs_from  # core/runs.py: provenance of checkpoint_dir/load_dir in the record
-_.supervisor  # core/runs.py: a supervised run's supervisor (read back by key: services/runs/supervised.py)
 
 # -- Ray's SDK --------------------------------------------------------------------------------------------------
 _._raise_error  # adapters/ray_jobs.py: overrides JobSubmissionClient._raise_error, which the SDK calls on non-200
@@ -141,7 +140,6 @@ _.serving_head
 _.stopped_nodes
 _.stopped_uuid
 _.storage
-_.supervisor
 _.temp_dir
 _.total_cpus
 _.up_seconds

@@ -11,6 +11,8 @@ import miles_ray
 
 PROGRAM = "supervise.py"
 MODULES = ("supervision.py", "metrics.py")  # from miles_ray/core, imported by supervise.py from its own dir
+# shipped too when present beside supervise.py: the reporter supervise.py loads for a spec with a polyaxon section
+OPTIONAL = ("polyaxon_reporter.py",)
 
 
 def _program_path() -> Path:
@@ -26,7 +28,11 @@ def _program_path() -> Path:
 def program_files() -> dict[str, str]:
     """File name -> text of everything the supervisor program needs, to be put in one directory."""
     core = Path(miles_ray.__file__).resolve().parent / "core"
-    files = {PROGRAM: _program_path().read_text(encoding="utf-8")}
+    program = _program_path()
+    files = {PROGRAM: program.read_text(encoding="utf-8")}
+    for name in OPTIONAL:
+        if (program.parent / name).is_file():
+            files[name] = (program.parent / name).read_text(encoding="utf-8")
     for name in MODULES:
         files[name] = (core / name).read_text(encoding="utf-8")
     return files

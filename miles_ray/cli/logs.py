@@ -24,6 +24,9 @@ def logs_cmd(
 ) -> None:
     """Print a run's job logs (from the Ray Jobs API).
 
+    A supervised run (submit --max-restarts): every attempt's logs in order, each after a line
+    '== attempt N (<job id>), resumed from <dir> iter I =='.
+
     Once the run's cluster is gone (after 'down'), the copy saved when the run ended or when its cluster went
     down is printed instead, saying so on stderr.
     A --mode launcher run on Kubernetes is a Polyaxon job: its logs are read through Polyaxon's API (no

@@ -39,12 +39,15 @@ def runs_cmd(
         rows = []
         for r in records:
             split = r.get("split", {})
-            rows.append([r["run"], r.get("status", "-"), r["recipe"],
+            attempts = r.get("attempts") or []
+            rows.append([r["run"], r.get("status", "-"), str(len(attempts)) if attempts else "-",
+                         r["recipe"],
                          f"{split.get('nodes')}x{split.get('gpus_per_node')} {split.get('layout')}", r["mode"],
                          r["cluster"], r["created"], r["output_dir"]])
         # the run name is never cut ('logs RUN' needs it whole); at narrow widths the output dir, creation time,
         # mode and split go first
-        print_table(fit_table([Col("run", key=True), Col("status", keep=9), Col("recipe", keep=7),
+        print_table(fit_table([Col("run", key=True), Col("status", keep=9), Col("attempts", keep=8),
+                               Col("recipe", keep=7),
                                Col("split", keep=4), Col("mode", keep=3), Col("cluster", keep=6),
                                Col("created", keep=2), Col("output dir", keep=1)], rows))
 

@@ -26,6 +26,9 @@ def status_cmd(
     For the cluster it also says since when it has been idle -- no job pending or running and no active
     driver, from the Ray dashboard's activity API (on Kubernetes with --ray) -- or that it is parked.
 
+    A supervised run (submit --max-restarts) shows its attempts (-o json: ``attempts``, each with started, ended,
+    reason, resumed_from): its state is its supervisor's final one, else its current attempt's.
+
     With RUN, once the run's cluster is gone, the job info saved when the run ended or its cluster went down
     is shown instead, saying so. With RUN the exit code tells the job's state: 0 succeeded, 3 failed, 5 pending or running, 6 stopped
     (--namespace must then be the namespace of the run's cluster).

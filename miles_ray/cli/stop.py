@@ -24,6 +24,9 @@ def stop_cmd(
 
     Returns once the job has ended, as 'ray job stop' does (bounded by --timeout; --no-wait returns at once).
 
+    A supervised run (submit --max-restarts): its current attempt's job is stopped first, then its supervisor, then
+    any attempt started meanwhile; nothing starts it again (a stopped attempt is never retried).
+
     Its output dir and checkpoints stay; resume with 'submit --resume-from RUN'. Without RUN it asks before
     stopping the latest run (refusing when there is no terminal to ask on) unless -y.
     """

@@ -156,6 +156,20 @@ def run_status_line(info: RunStatus) -> None:
               + (f"\n{info.message}" if info.message else "")
               + (f"\n(read the saved copy {saved.dir}, saved {saved.saved_at}: {saved.reason}; the cluster no longer "
                  "has the job)" if saved else ""))
+    if info.supervisor is not None:
+        sup = info.supervisor
+        state = ("finished" if sup.finished else "running" if sup.alive else "not running" if sup.alive is False
+                 else "unknown")
+        out.print(f"supervised ({sup.kind}, up to {sup.max_restarts} restart(s)); its supervisor is {state}",
+                  markup=False)
+    if info.attempts:
+        rows = [[str(a.attempt), a.submission_id or "", a.status or "", a.started or "", a.ended or "",
+                 (f"{a.resumed_from} iter {a.resumed_iteration}" if a.resumed_iteration is not None else
+                  a.resumed_from or ""), "" if a.last_step is None else str(a.last_step), a.reason or ""]
+                for a in info.attempts]
+        print_table(fit_table([Col("attempt", key=True), Col("job", keep=7), Col("status", keep=8),
+                               Col("started", keep=4), Col("ended", keep=3), Col("resumed from", keep=5),
+                               Col("last step", keep=6), Col("reason", keep=2)], rows))
 
 
 def read_logs(run: str, follow: bool, output: Output, kube_context: str | None = None,

@@ -273,6 +273,7 @@ def classify(status: str, message: str | None = None, logs: str | None = None, e
     if status == "STOPPED":
         return Verdict("stopped", "the job was stopped ('miles-ray stop' or 'ray job stop')")
     first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    first = re.sub(r",? last available logs.*$", "", first)  # Ray's message goes on with the logs' tail
     if lost:
         return Verdict("retryable", f"the Ray head (and the job's driver on it) was lost: {lost}")
     if exit_code in (137, -9):
@@ -304,12 +305,12 @@ def decide(attempt: int, verdict: Verdict, step: int | None, previous_step: int 
         return Decision(False, "the run succeeded")
     if verdict.kind == "stopped":
         return Decision(False, "stopped: a stopped run is never started again")
-    if verdict.kind != "retryable":
-        return Decision(False, "not a failure worth retrying (not a lost node, pod or head, a collective timeout, an "
-                               "OOM kill or a lost connection)")
     if step is None:
         return Decision(False, "it failed before its first training step (a bad flag, missing data or an import "
                                "error fails the same way again)")
+    if verdict.kind != "retryable":
+        return Decision(False, "not a failure worth retrying (not a lost node, pod or head, a collective timeout, an "
+                               "OOM kill or a lost connection)")
     if previous_step is not None and step <= previous_step:
         return Decision(False, f"no progress since the previous attempt (last step {step}, the previous attempt's "
                                f"{previous_step})")

@@ -50,6 +50,10 @@ class LocalSupervisor:
         """A 0600 copy of the head's token for the supervisor (when it came from the environment, not a file)."""
         return str(write_token_file(self.dir / "ray-token", token))
 
+    def head_url(self, reached: str, in_cluster: str) -> str:
+        """This machine reaches the head as this process did."""
+        return reached
+
     def start(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Write the spec, start the program detached; where it is (kept in the run record's ``supervisor``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +68,15 @@ class LocalSupervisor:
         ticks = start_ticks(proc.pid)
         state.atomic_write_json(self.dir / "process.json", {"pid": proc.pid, "start_ticks": ticks})
         return {"dir": str(self.dir), "pid": proc.pid, "start_ticks": ticks}
+
+    def restart(self) -> bool:
+        """Start the supervisor again with the spec it was started with, when it is not running (it adopts the
+        attempt that runs, or carries the run on). False: it runs, or it was never started here."""
+        spec = state.read_json(self.spec_path)
+        if self.alive() is not False or not spec:
+            return False
+        self.start(spec)
+        return True
 
     def _process(self) -> dict[str, Any] | None:
         return state.read_json(self.dir / "process.json")

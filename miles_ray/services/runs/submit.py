@@ -33,7 +33,7 @@ from miles_ray.services.probes import launchers_dir, payload_python
 from miles_ray.services.runs import backend_for
 from miles_ray.services.runs.polyaxon_job import launcher_as_polyaxon_job
 from miles_ray.services.runs.ray_job import RayJob, job_or_none
-from miles_ray.services.runs.supervised import supervisor_kinds
+from miles_ray.services.runs.supervised import SupervisedRun, supervisor_kinds
 
 __all__ = ["SubmitResult", "dry_run_view", "exec_launcher", "launcher_as_polyaxon_job", "launcher_command", "submit"]
 
@@ -148,7 +148,7 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
                     prior.refuse_if_running(url, info)  # never two drivers
                     job = _next_attempt(cfg, valid, target, job, lost)
             result = _execute(cfg, job, url, progress, allow_miles_drift)
-            result.warnings = list(job.warnings)
+            result.warnings = [*job.warnings, *result.warnings]
             return result
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while submitting run {job.run}; no new run record was kept",
@@ -251,9 +251,13 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
     preflight; the head's Ray version; then the backend records the run and creates its job (a launcher to run
     here: its record only)."""
     if job.existing is not None and job.existing.get("supervisor"):  # its supervisor submits its attempts
+        supervised = SupervisedRun(job.existing, url=url)
+        revived = supervised.revive()
         return ExistingJob(run=job.run, submission_id=job.existing["submission_id"], created=False,
-                           address=job.address, status=backend_for(job.existing, url=url).live_state(),
-                           record=str(state.record_path(job.run)), output_dir=job.existing["output_dir"])
+                           address=job.address, status=supervised.live_state(),
+                           record=str(state.record_path(job.run)), output_dir=job.existing["output_dir"],
+                           warnings=[f"run {job.run}: its supervisor was not running; started it again (it adopts "
+                                     "the running attempt, or carries the run on)"] if revived else [])
     if job.existing is not None:
         found = job_or_none(url, job.existing["submission_id"])
         if found is not None:

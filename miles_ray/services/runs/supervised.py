@@ -48,7 +48,12 @@ class SupervisorHandle(Protocol):
         """Stop it (nothing it would submit after this)."""
 
     def token_file(self, token: str) -> str:
-        """Where the supervisor reads the head's token from, given the token (a file it can read)."""
+        """Where the supervisor reads the head's token from, given the token (a file it can read; a pod: where
+        the head's token Secret is mounted)."""
+
+    def head_url(self, reached: str, in_cluster: str) -> str:
+        """The head's Jobs API URL as the supervisor reaches it: ``reached`` (the URL this process opened, e.g. a
+        port-forward) or ``in_cluster`` (the head service's, from inside the cluster)."""
 
 
 # kind -> the handle of a run: factory(run name, the record's supervisor.where)
@@ -99,9 +104,12 @@ class SupervisedRun:
         record = {**job.record, "attempts": []}
         state.create_record(record) if job.existing is None else state.save_record(record)
         try:
-            where = handle.start(job.supervisor_spec(self.url, token_file))
+            where = handle.start(job.supervisor_spec(handle.head_url(self.url, job.in_cluster_address), token_file))
         except BaseException:
-            state.record_path(job.run).unlink(missing_ok=True)
+            if job.existing is None:
+                state.record_path(job.run).unlink(missing_ok=True)
+            else:
+                state.save_record(job.existing)
             raise
         record["supervisor"] = {**record["supervisor"], "where": where, "started": _now()}
         state.save_record(record)
@@ -109,6 +117,17 @@ class SupervisedRun:
                             record=str(state.record_path(job.run)), output_dir=job.output_dir,
                             entrypoint=job.entrypoint, status="PENDING",
                             max_restarts=record["supervisor"].get("max_restarts"))
+
+    def revive(self) -> bool:
+        """Start the run's supervisor again when it is gone before the run finished or was stopped (this machine
+        rebooted, the process was killed): it adopts the running attempt or carries the run on. A handle without
+        ``restart`` (a Kubernetes Job restarts its own pod) is left alone. True when it was started again."""
+        handle = handle_for(self.record)
+        restart = getattr(handle, "restart", None)
+        _, _, final = self._events()
+        if restart is None or final is not None or (self.record.get("supervisor") or {}).get("stopped_at"):
+            return False
+        return bool(restart())
 
     # -- reading ------------------------------------------------------------------------------------------------
     def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
@@ -170,6 +189,7 @@ class SupervisedRun:
             _, attempts, final = self._events()
         except ConfigError:
             return "UNKNOWN"
+        self._sync(attempts)
         if final is not None:
             return str(final.get("status"))
         if (self.record.get("supervisor") or {}).get("stopped_at"):

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""STAND-IN for Miles's ``train.py`` in the supervised-run tests (no GPU, no Miles here): it trains nothing. It
+prints Miles' ``step N: {...}`` lines, checkpoints the way Megatron does and resumes from ``--load`` -- what a
+run supervisor relies on -- and crashes when the TEST asks it to (through ``submit --env``: the fault is injected by
+the test, never by the product).
+
+Flags it reads (others are ignored, as the flags of a real recipe): ``--num-rollout T`` (rollout ids 0..T-1, one
+``step <id>`` line each), ``--save DIR`` / ``--save-interval K`` (after rollout id r with (r+1) % K == 0: the
+directory ``DIR/iter_<r+1:07d>/`` is written first, THEN ``DIR/latest_checkpointed_iteration.txt`` (atomically), so
+that file only ever names a complete checkpoint), ``--load DIR`` (resume: start at the iteration
+``DIR/latest_checkpointed_iteration.txt`` names, saying so; none there: from scratch). A flag starting with
+``--bogus`` is refused the way argparse refuses an unknown flag (exit 2 before any step).
+
+Faults, from the environment (set by the test with ``submit --env``):
+
+* ``MILESRAY_TEST_CRASH_AT_STEP=S``: right after step S, once per checkpoint dir (a marker file
+  ``DIR/.stand-in-crashed-at-S`` says it happened), the process SIGKILLs itself (as the OOM killer or a lost node
+  would end it);
+* ``MILESRAY_TEST_CRASH_EVERY=N``: every attempt SIGKILLs itself after training N steps;
+* ``MILESRAY_TEST_CRASH_ON_FILE=PATH``: after the first step that finds PATH existing, once per checkpoint dir
+  (marker ``DIR/.stand-in-crashed-on-file``), the process SIGKILLs itself (the test decides when);
+* ``MILESRAY_TEST_STEP_SECONDS`` (default 0.3): the time one step takes.
+
+Every step is also appended to ``DIR/.stand-in-steps`` (``<pid> <step>`` a line), so a test can see which steps
+were trained twice. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+
+def _flag(argv: list[str], name: str, default: str | None = None) -> str | None:
+    """The value of the LAST ``name`` (as argparse: --extra-args come last and win)."""
+    value = default
+    for i, arg in enumerate(argv[:-1]):
+        if arg == name:
+            value = argv[i + 1]
+    return value
+
+
+def _log(where: str, message: str) -> None:
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')} rank0] {where} - {message}", flush=True)
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    bogus = [a for a in argv if a.startswith("--bogus")]
+    if bogus:
+        print(f"usage: train.py [-h] ...\ntrain.py: error: unrecognized arguments: {' '.join(bogus)}", file=sys.stderr,
+              flush=True)
+        return 2
+    target = int(_flag(argv, "--num-rollout", "40"))
+    save = _flag(argv, "--save")
+    load = _flag(argv, "--load")
+    interval = int(_flag(argv, "--save-interval", "20"))
+    step_seconds = float(os.environ.get("MILESRAY_TEST_STEP_SECONDS", "0.3"))
+    crash_at = os.environ.get("MILESRAY_TEST_CRASH_AT_STEP")
+    crash_every = int(os.environ.get("MILESRAY_TEST_CRASH_EVERY", "0") or 0)
+    start = 0
+    if load:
+        try:
+            with open(os.path.join(load, "latest_checkpointed_iteration.txt")) as fh:
+                start = int(fh.read().strip())
+            _log("checkpoint.py:12", f"loaded checkpoint from {load} at iteration {start}")
+        except (OSError, ValueError):
+            _log("checkpoint.py:12", f"no checkpoint in {load}: training from scratch")
+    print(f"STAND-IN train.py (tests/fakes/fake_ckpt_train.py): rollouts {start}..{target - 1}, save {save} every "
+          f"{interval}", flush=True)
+    trained = 0
+    for rid in range(start, target):
+        time.sleep(step_seconds)
+        _log("actor.py:601", f"step {rid}: {{'train/loss': {round(0.05 / (rid + 1), 6)}, 'train/grad_norm': 0.2}}")
+        trained += 1
+        if save:
+            os.makedirs(save, exist_ok=True)
+            with open(os.path.join(save, ".stand-in-steps"), "a") as fh:
+                fh.write(f"{os.getpid()} {rid}\n")
+        if save and interval and (rid + 1) % interval == 0:
+            it = rid + 1
+            path = os.path.join(save, f"iter_{it:07d}")
+            os.makedirs(path, exist_ok=True)
+            _write_atomic(os.path.join(path, "STAND_IN_CHECKPOINT"), f"stand-in checkpoint after rollout {rid}\n")
+            _write_atomic(os.path.join(save, "latest_checkpointed_iteration.txt"), str(it))
+            _log("checkpoint.py:40", f"saved checkpoint from iteration {it:7d} to {save}")
+        marker = os.path.join(save or ".", f".stand-in-crashed-at-{crash_at}")
+        if crash_at is not None and rid == int(crash_at) and not os.path.exists(marker):
+            with open(marker, "w") as fh:
+                fh.write(f"{os.getpid()}\n")
+            _log("fault", f"STAND-IN: crashing at step {rid} (SIGKILL, injected by the test)")
+            os.kill(os.getpid(), signal.SIGKILL)
+        on_file = os.environ.get("MILESRAY_TEST_CRASH_ON_FILE")
+        file_marker = os.path.join(save or ".", ".stand-in-crashed-on-file")
+        if on_file and os.path.exists(on_file) and not os.path.exists(file_marker):
+            with open(file_marker, "w") as fh:
+                fh.write(f"{os.getpid()} {rid}\n")
+            _log("fault", f"STAND-IN: crashing after step {rid}: {on_file} exists (SIGKILL, injected by the test)")
+            os.kill(os.getpid(), signal.SIGKILL)
+        if crash_every and trained >= crash_every and rid < target - 1:
+            _log("fault", f"STAND-IN: crashing after {trained} steps (SIGKILL, injected by the test)")
+            os.kill(os.getpid(), signal.SIGKILL)
+    _log("train.py:99", f"training done at step {target - 1}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
