@@ -80,6 +80,10 @@ class KubeSupervisor:
         self.where.update(job=job["metadata"]["name"], uid=job["metadata"]["uid"])
         return dict(self.where)
 
+    def head_url(self, reached: str, in_cluster: str) -> str:  # noqa: ARG002 -- the pod never uses a port-forward
+        """The head as the pod reaches it: its Service's name (:meth:`start` writes the fully qualified one)."""
+        return in_cluster
+
     def token_file(self, token: str) -> str:  # noqa: ARG002 -- the pod reads the token Secret, never a copy
         """The token file inside the supervisor pod (mounted from the cluster's token Secret)."""
         return sj.TOKEN_FILE
