@@ -303,7 +303,7 @@ def test_stop_while_the_supervisor_waits_for_workers_stays_stopped(cluster: Simp
     """A worker lost while the cluster cannot replace it (its group scaled to 1 underneath): the supervisor waits
     for the GPU workers; stop RUN -> STOPPED, the supervisor's pods gone, and once the worker is back nothing
     starts the run again."""
-    first = _submit(cluster, "waiting")
+    first = _submit(cluster, "waiting", steps=10 * TARGET)  # long enough to outlast the lost worker's detection
     poll("attempt 1 to train past its first checkpoint",
          lambda: len(_steps(_job_logs(cluster, first["submission_id"]))) > K, 300)
     _set_workers(cluster, 1)  # KubeRay deletes one worker pod and does not replace it
@@ -325,7 +325,7 @@ def test_stop_while_the_supervisor_waits_for_workers_stays_stopped(cluster: Simp
 
 def _set_workers(live: SimpleNamespace, n: int) -> None:
     """Set the worker group's size on the RayCluster directly (the fault: not a miles-ray verb)."""
-    ops = [{"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": "gpu-workers"}]
+    ops = [{"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": "gpu"}]
     for key in ("replicas", "minReplicas"):
         ops.append({"op": "replace", "path": f"/spec/workerGroupSpecs/0/{key}", "value": n})
     live.crd.patch_namespaced_custom_object("ray.io", "v1", NS, "rayclusters", NAME, ops,
