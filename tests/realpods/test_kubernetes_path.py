@@ -358,7 +358,7 @@ def test_doctor_is_clean_on_a_healthy_cluster(live: SimpleNamespace) -> None:
 
 
 def test_scale_is_refused_under_a_running_job_then_allowed(live: SimpleNamespace) -> None:
-    rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "held", "--no-check-data",
+    rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "held", "--no-check-data", "--max-restarts", "0",
                         "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json"))
     assert rec["created"] is True
     _wait_running(live, "held")
@@ -402,7 +402,7 @@ def test_worker_pod_killed_mid_rehearsal_fails_the_run_with_the_reason(live: Sim
 
 
 def test_head_pod_deleted_under_logs_follow(live: SimpleNamespace, real_pods: RealPods) -> None:
-    rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "headloss", "--no-check-data",
+    rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "headloss", "--no-check-data", "--max-restarts", "0",
                         "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json"))
     assert rec["created"] is True
     with _logs_follow(live, "headloss") as follow:
@@ -444,7 +444,7 @@ def test_a_job_lost_with_its_head_pod_is_failed_and_its_resubmit_starts_attempt_
     say the job RUNNING (GCS fault tolerance keeps its entry; nothing runs it): status says FAILED, head lost,
     exit 3, within 10 s of the new head answering; submit of the same run starts attempt 2 (a new submission id),
     resuming from the run's checkpoint dir; Ray's own job list on the new head shows one job of the run running."""
-    submit = ("submit", "--mode", "direct", "--nodes", "2", "--run", "lostjob", "--no-check-data",
+    submit = ("submit", "--mode", "direct", "--nodes", "2", "--run", "lostjob", "--no-check-data", "--max-restarts", "0",
               "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json")
     first = _json(live.mr(*submit))
     assert first["created"] is True

@@ -26,6 +26,7 @@ from miles_ray.core.submission import SubmitJob
 from miles_ray.core.supervision import (LIVE, attempt_of, attempt_submission_id, final_status,
                                         fold_attempts)
 from miles_ray.services.runs.ray_job import RayJob
+from miles_ray.services.runs.supervised_kube import KubeSupervisor
 
 
 class SupervisorHandle(Protocol):
@@ -58,6 +59,7 @@ class SupervisorHandle(Protocol):
 # kind -> the handle of a run: factory(run name, the record's supervisor.where)
 HANDLES: dict[str, Callable[[str, dict[str, Any] | None], SupervisorHandle]] = {
     "local": LocalSupervisor,
+    "kubernetes": KubeSupervisor,
 }
 
 

@@ -1,0 +1,353 @@
+"""Runs that finish on their own, on real pods (issue 24): ``submit --max-restarts`` on a KubeRay cluster starts the
+run's supervisor as a Kubernetes Job beside the RayCluster (miles_ray/core/supervisor_job.py), which carries the run
+through a lost worker pod, resuming from the run's last complete checkpoint.
+
+One cluster for the module (``up --via kuberay --nodes 2`` in its own namespace, enforcing the restricted Pod
+Security Standard), downed at the end.
+
+What is fake here, and why: the GPUs (no GPU on this machine) and Miles's ``train.py``: the FAKE checkpointing
+trainer tests/fakes/fake_ckpt_train.py (steps of about a second on actors on both GPU workers, a checkpoint every K
+steps in Megatron's layout, resumes from ``--load``), placed on the shared volume as ``miles_root``/train.py: real
+training needs GPUs and Miles' image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from tests.infra.fixtures import poll
+from tests.infra.realpods import RealPods
+
+pytestmark = pytest.mark.real_pods
+
+REPO = Path(__file__).resolve().parents[2]
+SEQUENCE = REPO / "scripts" / "smoke-sequence.sh"
+NS = "miles-sup"
+NAME = "sup"
+GPUS = 2
+
+
+K = 3  # the trainer checkpoints every K steps
+TARGET = 12  # steps of a run (rollout ids 0..TARGET-1), about a second each
+STEP_SECONDS = 1
+STEP_LINE = re.compile(r"\] actor\.py:\d+ - step (\d+): ")
+BAD_FLAG = "--bogus-flag"
+
+
+def bring_up(real_pods: RealPods, work: Path) -> SimpleNamespace:
+    """Namespace miles-sup (enforcing restricted), claim miles-data with the FAKE trainer as miles_root/train.py,
+    and ``up --via kuberay --nodes 2``; ``.mr(*args)`` runs miles-ray against it, ``.down()`` deletes it all."""
+    from kubernetes import client
+
+    api = real_pods.api_client()
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=NS, labels={"pod-security.kubernetes.io/enforce": "restricted",
+                         "pod-security.kubernetes.io/enforce-version": "latest"})))
+    poll(f"ServiceAccount {NS}/default",
+         lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(NS).items), 60)
+    volume = real_pods.shared_volume(NS, "miles-data")
+    volume.chmod(0o777)  # writable by the pods' non-root uid (a real RWX class would use fsGroup)
+    (volume / "fake-miles").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "tests" / "fakes" / "fake_ray_ckpt_train.py", volume / "fake-miles" / "train.py")
+    shutil.copy(REPO / "tests" / "fakes" / "fake_ckpt_train.py", volume / "fake-miles" / "fake_ckpt_train.py")
+    env = {**os.environ, "KUBECONFIG": str(real_pods.kubeconfig), "SMOKE_IMAGE": real_pods.image,
+           "SMOKE_NAMESPACE": NS, "SMOKE_NAME": NAME, "SMOKE_GPUS_PER_NODE": str(GPUS),
+           "SMOKE_WORKER_MEMORY": "2Gi", "SMOKE_HEAD_MEMORY": "2Gi", "SMOKE_CPU_REQUEST": "250m"}
+    cfg = yaml.safe_load(subprocess.run(["bash", str(SEQUENCE), "--print-config"], env=env, capture_output=True,
+                                        text=True, timeout=60, check=True).stdout)
+    cfg.update(miles_root="/mnt/miles/fake-miles", image=real_pods.image, ray_version="2.60.0",
+               pod_security="restricted")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "miles-ray.yaml").write_text(yaml.safe_dump(cfg))
+    run_env = {**os.environ, "KUBECONFIG": str(real_pods.kubeconfig), "MILES_RAY_CONFIG": str(work / "miles-ray.yaml"),
+               "MILES_RAY_STATE_DIR": str(work / "state"), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+    def mr(*args: str, timeout: float = 900) -> tuple[int, str, str]:
+        proc = subprocess.run([sys.executable, "-m", "miles_ray", *args], env=run_env, capture_output=True,
+                              text=True, timeout=timeout, cwd=work)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def down() -> None:
+        code, _, err = mr("down", "-y", "--backend", "kubernetes", "-o", "json")
+        assert code == 0, err[-3000:]
+        poll("every pod of the namespace to be gone", lambda: not core.list_namespaced_pod(NS).items, 180)
+        core.delete_namespace(NS)
+
+    t = time.monotonic()
+    code, _, err = mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json")
+    assert code == 0, err[-4000:]
+    return SimpleNamespace(api=api, core=core, crd=client.CustomObjectsApi(api), volume=volume, work=work,
+                           env=run_env, mr=mr, down=down, up_s=round(time.monotonic() - t, 1))
+
+
+@pytest.fixture(scope="module")
+def cluster(real_pods: RealPods, tmp_path_factory: pytest.TempPathFactory):
+    """The module's one cluster (:func:`bring_up`), downed at the end: the supervisor Jobs go with it."""
+    t = time.monotonic()
+    live = bring_up(real_pods, tmp_path_factory.mktemp("supervised"))
+    real_pods.figures["supervised_up_s"] = live.up_s
+    yield live
+    live.down()
+    real_pods.figures["supervised_module_s"] = round(time.monotonic() - t, 1)
+
+
+def trainer_args(steps: int, extra_args: str = "") -> list[str]:
+    """submit's flags for the FAKE trainer: ``steps`` steps of ~1 s on Ray actors on both GPU workers, a checkpoint
+    every K."""
+    return ["--num-rollout", str(steps), "--extra-args", f"--save-interval {K} {extra_args}".strip(),
+            "--env", f"MILESRAY_TEST_STEP_SECONDS={STEP_SECONDS}", "--env", "MILESRAY_TEST_GPU_WORKERS=2",
+            "--env", f"MILESRAY_TEST_GPUS_PER_WORKER={GPUS}"]
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------
+
+def _json(code_out_err: tuple[int, str, str], want: int | None = 0) -> dict:
+    code, out, err = code_out_err
+    assert want is None or code == want, f"exit {code} (want {want}): {err[-3000:]}\n{out[-3000:]}"
+    return json.loads(out)
+
+
+def _submit(live: SimpleNamespace, run: str, steps: int = TARGET, restarts: int = 3, extra_args: str = "") -> dict:
+    """``submit --max-restarts`` of the FAKE checkpointing trainer (``steps`` steps, a checkpoint every K)."""
+    return _json(live.mr(*_submit_args(run, steps=steps, restarts=restarts, extra_args=extra_args)))
+
+
+def _submit_args(run: str, steps: int = TARGET, restarts: int = 3, extra_args: str = "") -> list[str]:
+    return ["submit", "--mode", "direct", "--nodes", "2", "--run", run, "--no-check-data", "--no-follow",
+            "--max-restarts", str(restarts), *trainer_args(steps, extra_args), "-o", "json"]
+
+
+def _status(live: SimpleNamespace, run: str) -> dict:
+    code, out, err = live.mr("status", run, "-o", "json")
+    assert out.strip(), f"status {run}: exit {code}: {err[-2000:]}"
+    return json.loads(out)
+
+
+def _until_final(live: SimpleNamespace, run: str, timeout: float = 600) -> dict:
+    return poll(f"run {run} to end", lambda: (st := _status(live, run))["status"] in ("SUCCEEDED", "FAILED", "STOPPED")
+                and st, timeout, interval=2, explain=lambda: json.dumps(_status(live, run))[-3000:])
+
+
+def _head_api(live: SimpleNamespace, path: str):
+    """The JSON (or text) the running head's dashboard answers ``GET path`` with, through a port-forward to the pod
+    with KubeRay's token: read here, not through any miles-ray verb. None while it does not answer."""
+    import base64
+    import urllib.request
+
+    from miles_ray.adapters.kube import port_forward
+
+    heads = [p for p in live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items
+             if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+    if not heads:
+        return None
+    token = base64.b64decode(live.core.read_namespaced_secret(NAME, NS).data["auth_token"]).decode()
+    try:
+        with port_forward(live.api, NS, heads[0].metadata.name, 8265) as url:
+            req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.loads(resp.read())
+    except Exception:  # noqa: BLE001 -- a head that is starting or going away: not yet
+        return None
+
+
+def _ray_jobs(live: SimpleNamespace, run: str) -> list[dict]:
+    """The run's jobs in Ray's own job table (every attempt), oldest first."""
+    jobs = poll("Ray's job list", lambda: _head_api(live, "/api/jobs/"), 60)
+    mine = [j for j in jobs if (j.get("metadata") or {}).get("miles_ray_run") == run]
+    return sorted(mine, key=lambda j: j.get("start_time") or 0)
+
+
+def _job_logs(live: SimpleNamespace, sid: str) -> str:
+    got = _head_api(live, f"/api/jobs/{sid}/logs")
+    return (got or {}).get("logs") or ""
+
+
+def _steps(text: str) -> list[int]:
+    """The training steps a trainer's log says it trained, in order."""
+    return [int(m.group(1)) for m in STEP_LINE.finditer(text)]
+
+
+def _never_two_drivers(jobs: list[dict]) -> None:
+    """Ray's own job table: no two jobs of the run were running at once (each started after the one before ended)."""
+    for before, after in zip(jobs, jobs[1:]):
+        assert before.get("end_time") and after["start_time"] >= before["end_time"], (before, after)
+
+
+def _supervisor_pods(live: SimpleNamespace, run: str) -> list:
+    from miles_ray.core.supervisor_job import selector
+
+    return live.core.list_namespaced_pod(NS, label_selector=selector(run)).items
+
+
+def _workers(live: SimpleNamespace) -> list:
+    return [p for p in live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=worker").items
+            if p.metadata.deletion_timestamp is None]
+
+
+def _gpu_workers_in_ray(live: SimpleNamespace) -> int:
+    rows = (_head_api(live, "/api/v0/nodes?limit=1000") or {}).get("data", {}).get("result", {}).get("result", [])
+    return sum(1 for n in rows if n["state"] == "ALIVE" and n["resources_total"].get("GPU", 0) > 0)
+
+
+def _rss_mib(live: SimpleNamespace, pod: str) -> float:
+    """The supervisor process's resident memory (VmRSS of PID 1 of its container), through exec."""
+    from kubernetes.stream import stream
+
+    text = stream(live.core.connect_get_namespaced_pod_exec, pod, NS, container="supervisor",
+                  command=["cat", "/proc/1/status"], stderr=True, stdin=False, stdout=True, tty=False)
+    kib = next(int(ln.split()[1]) for ln in text.splitlines() if ln.startswith("VmRSS:"))
+    return round(kib / 1024, 1)
+
+
+# ---- the scenarios ------------------------------------------------------------------------------------------
+
+def worker_loss(live: SimpleNamespace, run: str) -> dict:
+    """A worker pod deleted (grace 0) while the run trains, past its first checkpoint: the supervisor waits for the
+    replacement worker in Ray and starts attempt 2 from the last complete checkpoint. Returns the figures and
+    what the assertions need (shared with benchmarks/bench_supervised.py)."""
+    first = _submit(live, run)
+    assert first["created"] is True, first
+    sid = first["submission_id"]
+    poll("the supervisor pod to run", lambda: any(p.status.phase == "Running" for p in _supervisor_pods(live, run)),
+         120)
+    # past the first checkpoint, and not at the end
+    poll(f"attempt 1 to train past step {K + 1}", lambda: len(_steps(_job_logs(live, sid))) > K + 1, 300)
+    [sup_pod] = [p for p in _supervisor_pods(live, run) if p.status.phase == "Running"]
+    rss = _rss_mib(live, sup_pod.metadata.name)
+    victim = _workers(live)[0]
+    t = time.monotonic()
+    live.core.delete_namespaced_pod(victim.metadata.name, NS, grace_period_seconds=0)
+    poll("attempt 2 to train its first step", lambda: _steps(_job_logs(live, f"{sid}-a2")), 300, interval=0.5)
+    resumed_s = round(time.monotonic() - t, 1)
+    st = _until_final(live, run)
+    jobs = _ray_jobs(live, run)
+    logs = [_job_logs(live, j["submission_id"]) for j in jobs]
+    return {"status": st, "jobs": jobs, "logs": logs, "sid": sid, "supervisor_pod": sup_pod,
+            "figures": {"worker_deleted_to_training_resumed_s": resumed_s, "supervisor_rss_mib": rss,
+                        "steps_lost": max(_steps(logs[0])) + 1 - (st["attempts"][1].get("resumed_iteration") or 0)
+                        if len(logs) > 1 and len(st["attempts"]) > 1 else None}}
+
+
+def test_a_worker_pod_lost_mid_run_is_resumed_from_the_last_checkpoint(cluster: SimpleNamespace,
+                                                                       real_pods: RealPods) -> None:
+    got = worker_loss(cluster, "workerloss")
+    st, jobs, logs = got["status"], got["jobs"], got["logs"]
+    real_pods.figures.update(got["figures"])
+    assert st["status"] == "SUCCEEDED", json.dumps(st)[-3000:]
+    assert [a["attempt"] for a in st["attempts"]] == [1, 2], st["attempts"]
+    a1, a2 = st["attempts"]
+    assert a1["reason"] and a1["ended"] and a2["started"] and a2["resumed_from"]
+    assert [j["submission_id"] for j in jobs] == [got["sid"], got["sid"] + "-a2"]
+    _never_two_drivers(jobs)
+    s1, s2 = _steps(logs[0]), _steps(logs[1])
+    resumed = a2["resumed_iteration"]
+    assert resumed is not None and resumed % K == 0 and 0 < resumed <= max(s1), (resumed, s1)
+    assert max(s1) + 1 - resumed <= K  # the last complete checkpoint: at most K steps lost
+    assert s2[0] == resumed and s2[-1] == TARGET - 1, s2  # resumed right at it, up to the target
+    assert s1 == list(range(len(s1))) and s2 == list(range(resumed, TARGET))
+    assert sorted(set(s1) & set(s2)) == list(range(resumed, max(s1) + 1))  # only steps past it trained twice
+    # the supervisor pod: small, restricted, no API token, admitted in a namespace enforcing restricted
+    pod = got["supervisor_pod"]
+    [c] = pod.spec.containers
+    assert c.resources.requests == {"cpu": "100m", "memory": "256Mi"}
+    assert pod.spec.automount_service_account_token is False
+    assert not [m for m in c.volume_mounts if "serviceaccount" in m.mount_path]
+    real_pods.figures["supervisor_requests"] = c.resources.requests
+    # status, logs and runs show both attempts
+    code, out, _ = cluster.mr("logs", "workerloss")
+    assert code == 0 and out.count("== attempt ") == 2 and "== attempt 2 " in out, out[-3000:]
+    runs = _json(cluster.mr("runs", "-o", "json"))
+    [row] = [r for r in (runs if isinstance(runs, list) else runs["runs"]) if r["run"] == "workerloss"]
+    assert row["status"] == "SUCCEEDED"
+    poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
+
+
+def test_the_run_goes_on_when_the_submitting_cli_is_killed(cluster: SimpleNamespace) -> None:
+    args = _submit_args("orphan", steps=2 * K)
+    args.remove("--no-follow")
+    proc = subprocess.Popen([sys.executable, "-m", "miles_ray", *args[:-2], "--follow"], env=cluster.env,
+                            cwd=cluster.work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        poll("the supervisor Job", lambda: _supervisor_pods(cluster, "orphan") or proc.poll() is not None, 300)
+    finally:
+        proc.kill()  # the terminal that submitted the run is gone
+        proc.wait()
+    st = _until_final(cluster, "orphan")
+    assert st["status"] == "SUCCEEDED" and len(st["attempts"]) == 1, json.dumps(st)[-3000:]
+    assert _steps(_job_logs(cluster, st["attempts"][0]["submission_id"]))[-1] == 2 * K - 1
+
+
+def test_a_bad_flag_fails_after_one_attempt_with_the_reason(cluster: SimpleNamespace) -> None:
+    _submit(cluster, "badflag", extra_args=BAD_FLAG)
+    st = _until_final(cluster, "badflag", 300)
+    assert st["status"] == "FAILED", json.dumps(st)[-3000:]
+    [a1] = st["attempts"]
+    assert "before its first training step" in json.dumps(st), st  # never retried, and why
+    assert f"unrecognized arguments: {BAD_FLAG}" in _job_logs(cluster, a1["submission_id"])
+    assert len(_ray_jobs(cluster, "badflag")) == 1
+
+
+def test_stop_while_the_supervisor_waits_for_workers_stays_stopped(cluster: SimpleNamespace) -> None:
+    """A worker lost while the cluster cannot replace it (its group scaled to 1 underneath): the supervisor waits
+    for the GPU workers; stop RUN -> STOPPED, the supervisor's pods gone, and once the worker is back nothing
+    starts the run again."""
+    first = _submit(cluster, "waiting", steps=10 * TARGET)  # long enough to outlast the lost worker's detection
+    poll("attempt 1 to train past its first checkpoint",
+         lambda: len(_steps(_job_logs(cluster, first["submission_id"]))) > K, 300)
+    _set_workers(cluster, 1)  # KubeRay deletes one worker pod and does not replace it
+    poll("the supervisor to wait for the workers", lambda: any(
+        "waiting_for_workers" in ln for p in _supervisor_pods(cluster, "waiting")
+        for ln in cluster.core.read_namespaced_pod_log(p.metadata.name, NS, _preload_content=False)
+        .data.decode().splitlines()), 300)
+    code, _, err = cluster.mr("stop", "waiting", "-y")
+    assert code == 0, err[-2000:]
+    assert not _supervisor_pods(cluster, "waiting")  # stop returned once its pods were gone
+    assert _status(cluster, "waiting")["status"] == "STOPPED"
+    _set_workers(cluster, 2)
+    poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
+    st = _status(cluster, "waiting")
+    assert st["status"] == "STOPPED" and len(st["attempts"]) == 1, st
+    assert len(_ray_jobs(cluster, "waiting")) == 1  # nothing submitted another attempt
+    assert not _supervisor_pods(cluster, "waiting")
+
+
+def _set_workers(live: SimpleNamespace, n: int) -> None:
+    """Set the worker group's size on the RayCluster directly (the fault: not a miles-ray verb)."""
+    ops = [{"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": "gpu"}]
+    for key in ("replicas", "minReplicas"):
+        ops.append({"op": "replace", "path": f"/spec/workerGroupSpecs/0/{key}", "value": n})
+    live.crd.patch_namespaced_custom_object("ray.io", "v1", NS, "rayclusters", NAME, ops,
+                                            _content_type="application/json-patch+json")
+
+
+def test_the_restart_budget_spent_fails_listing_every_attempt(cluster: SimpleNamespace) -> None:
+    """--max-restarts 1 and a worker lost in each attempt: attempt 2 is the last; FAILED, both listed."""
+    first = _submit(cluster, "budget", restarts=1)
+    sid = first["submission_id"]
+    poll("attempt 1 to train past its first checkpoint", lambda: len(_steps(_job_logs(cluster, sid))) > K + 1, 300)
+    cluster.core.delete_namespaced_pod(_workers(cluster)[0].metadata.name, NS, grace_period_seconds=0)
+    # attempt 2 makes progress beyond attempt 1 (else the supervisor stops for "no progress", not the budget)
+    poll("attempt 1 to end", lambda: _status(cluster, "budget")["attempts"][0].get("ended"), 300)
+    last1 = max(_steps(_job_logs(cluster, sid)))
+    poll(f"attempt 2 to train beyond step {last1}",
+         lambda: max(_steps(_job_logs(cluster, f"{sid}-a2")) or [0]) > last1, 300)
+    cluster.core.delete_namespaced_pod(_workers(cluster)[0].metadata.name, NS, grace_period_seconds=0)
+    st = _until_final(cluster, "budget")
+    assert st["status"] == "FAILED", json.dumps(st)[-3000:]
+    assert [a["attempt"] for a in st["attempts"]] == [1, 2]
+    assert all(a["reason"] and a["ended"] for a in st["attempts"]), st["attempts"]
+    assert "budget" in json.dumps(st).lower(), st
+    _never_two_drivers(_ray_jobs(cluster, "budget"))
+    poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
