@@ -53,3 +53,31 @@ def service_ports(api_client, namespace: str, name: str) -> list[int] | None:
             return None
         raise api_error(e, f"read Service {namespace}/{name}") from None
     return [p.port for p in (svc.spec.ports or [])]
+
+
+def service_account_denied(api_client, namespace: str, service_account: str,
+                           wanted: list[tuple[str, str]]) -> list[str] | None:
+    """Which of ``wanted`` (verb, resource[/subresource]) in ``namespace`` the service account may NOT do, asked
+    of the API server's authorizer (LocalSubjectAccessReview: no pod is started). None when the caller may not
+    ask (403/401/404): then nothing is known."""
+    from kubernetes import client
+
+    authz = client.AuthorizationV1Api(api_client)
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+    denied = []
+    for verb, res in wanted:
+        resource, _, sub = res.partition("/")
+        review = client.V1LocalSubjectAccessReview(
+            metadata=client.V1ObjectMeta(namespace=namespace),
+            spec=client.V1SubjectAccessReviewSpec(user=user, groups=groups, resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, group="", resource=resource, subresource=sub or None)))
+        try:
+            answer = authz.create_namespaced_local_subject_access_review(namespace, review)
+        except Exception as e:  # noqa: BLE001
+            if http_status(e) in (401, 403, 404):
+                return None
+            raise api_error(e, f"ask the API server what {user} may do") from None
+        if not (answer.status and answer.status.allowed):
+            denied.append(f"{verb} {res}")
+    return denied
