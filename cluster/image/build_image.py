@@ -14,8 +14,11 @@ ray:   ``mmdebstrap`` of a Debian suite (minbase) with the packages of ``IMAGE_P
 polyaxon: the image of the init containers and the ``polyaxon-sidecar`` container that Polyaxon's agent
        puts in every pod it makes: the same Debian base with a venv at ``/opt/polyaxon`` (on PATH) holding
        ``polyaxon[fsspec,sidecar,k8s-async,init]`` at ``POLYAXON_VERSION`` of polyaxon-versions.env, under
-       constraints.txt. One rootfs, imported under both names the agent's converter uses
-       (``polyaxon/polyaxon-init:<v>``, ``polyaxon/polyaxon-sidecar:<v>``, ``IfNotPresent``).
+       constraints.txt. One rootfs (one layer) with two image configs, under the names the agent's converter
+       uses (``polyaxon/polyaxon-init:<v>``, ``polyaxon/polyaxon-sidecar:<v>``, ``IfNotPresent``): the
+       converter runs ``polyaxon sidecar ...`` / ``polyaxon initializer ...`` without ``POLYAXON_SERVICE``,
+       and the CLI only offers those commands when it is set, so each config sets it (as Polyaxon's own
+       images do).
 pause: the sandbox image, ``pause.c`` from the k8s.io/kubernetes module compiled with
        ``gcc -static`` (what containerd's ``sandbox_image`` points at).
 
@@ -311,11 +314,47 @@ def build_polyaxon(spec: dict[str, str], python: str) -> None:
         argv += [f"--customize-hook={h}" for h in hooks]
         argv += [v["IMAGE_DEBIAN_SUITE"], str(rootfs), v["IMAGE_DEBIAN_MIRROR"]]
         subprocess.run(argv, check=True, env=dict(os.environ, SOURCE_DATE_EPOCH="0"))
-        _finish(spec, rootfs, {
-            "Env": [f"PATH={POLYAXON_VENV}/bin:{BASE_PATH}", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"],
-            "Cmd": ["/bin/bash"],
-            "WorkingDir": "/",
-        }, t0)
+        env = [f"PATH={POLYAXON_VENV}/bin:{BASE_PATH}", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"]
+        init_tag, sidecar_tag = spec["tags"].split()
+        dest = Path(spec["tar"])
+        meta = write_docker_archive_configs(dest, rootfs, [
+            (init_tag, {"Env": env + ["POLYAXON_SERVICE=initializer"], "Cmd": ["/bin/bash"], "WorkingDir": "/"}),
+            (sidecar_tag, {"Env": env + ["POLYAXON_SERVICE=sidecar"], "Cmd": ["/bin/bash"], "WorkingDir": "/"}),
+        ])
+        meta.update(tag=spec["tag"], tags=spec["tags"], key=spec["key"], bytes=dest.stat().st_size,
+                    build_seconds=round(time.monotonic() - t0, 1),
+                    built=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        Path(f"{dest}.json").write_text(json.dumps(meta, indent=2) + "\n")
+        print(f"{spec['tags']} {dest} ({meta['bytes'] / 2**20:.0f} MiB, {meta['build_seconds']:.0f}s)")
+
+
+def write_docker_archive_configs(dest: Path, layer: Path, images: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """A docker-archive at ``dest`` with ONE layer and one image config per ``(tag, container_config)``: several
+    images that differ only in their config (environment), stored once."""
+    tmp = dest.with_suffix(".tmp")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as out, layer.open("rb") as f:
+        info = tarfile.TarInfo("layers/0.tar")
+        info.size = layer.stat().st_size
+        info.mode = 0o644
+        reader = _HashingReader(f)
+        out.addfile(info, io.BufferedReader(reader, 1 << 20))
+        diff_id = f"sha256:{reader.sha.hexdigest()}"
+        manifest, configs = [], []
+        for tag, container_config in images:
+            config = {
+                "architecture": "amd64", "os": "linux", "created": EPOCH, "config": container_config,
+                "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+                "history": [{"created": EPOCH, "created_by": "cluster/image/build_image.py"}],
+            }
+            config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+            config_name = f"{hashlib.sha256(config_bytes).hexdigest()}.json"
+            _add_bytes(out, config_name, config_bytes)
+            manifest.append({"Config": config_name, "RepoTags": [tag], "Layers": ["layers/0.tar"]})
+            configs.append(config_name)
+        _add_bytes(out, "manifest.json", json.dumps(manifest).encode())
+    tmp.replace(dest)
+    return {"diff_id": diff_id, "configs": configs}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,7 @@ def service_ports(api_client, namespace: str, name: str) -> list[int] | None:
 
 
 def service_account_denied(api_client, namespace: str, service_account: str,
-                           wanted: list[tuple[str, str]]) -> list[str] | None:
+                           wanted: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
     """Which of ``wanted`` (verb, resource[/subresource]) in ``namespace`` the service account may NOT do, asked
     of the API server's authorizer (LocalSubjectAccessReview: no pod is started). None when the caller may not
     ask (403/401/404): then nothing is known."""
@@ -79,5 +79,5 @@ def service_account_denied(api_client, namespace: str, service_account: str,
                 return None
             raise api_error(e, f"ask the API server what {user} may do") from None
         if not (answer.status and answer.status.allowed):
-            denied.append(f"{verb} {res}")
+            denied.append((verb, res))
     return denied
