@@ -180,10 +180,10 @@ def test_up_returns_with_head_and_both_gpu_workers_in_ray(live: SimpleNamespace)
     assert alive is not None and len(alive) == 3, alive
     assert sum(n["resources_total"].get("GPU", 0) for n in alive) == 2 * GPUS, alive
     # the chain: Polyaxon's run -> the agent's Cluster -> (stand-in) the RayCluster it owns
-    from miles_ray.adapters.polyaxon_api import PolyaxonApi
+    from miles_ray.adapters.polyaxon_api import FINAL_STATUSES, PolyaxonApi
 
     run = PolyaxonApi(host=live.px.host).get_run(live.px.owner, live.px.project, live.uuid, with_conditions=False)
-    assert run["status"] in ("running", "starting", "scheduled"), run["status"]
+    assert run["status"] not in FINAL_STATUSES and run["status"] != "created", run["status"]
     [cr] = live.crd.list_namespaced_custom_object("polyaxon.com", "v1", NS, "clusters")["items"]
     assert cr["metadata"]["name"] == live.raycluster
     [rc] = live.crd.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"]
