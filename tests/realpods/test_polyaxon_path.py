@@ -306,7 +306,12 @@ def test_a_deleted_worker_pod_is_replaced_and_rejoins_ray(live: SimpleNamespace)
          lambda: victim.metadata.name not in {p.metadata.name for p in _pods(live, live.raycluster)}
          and ray_sees_the_pods(live, live.raycluster), 300)
     live.rp.figures["px_worker_deleted_to_replacement_in_ray_s"] = round(time.monotonic() - t, 1)
-    assert all(all(c.ready for c in p.status.container_statuses) for p in _pods(live, live.raycluster))
+    # and the new pod turns Ready as a whole (Ray's probe and Polyaxon's sidecar), so KubeRay counts it again
+    poll("every container of every pod of the cluster to be Ready", lambda: all(
+        p.status.container_statuses and all(c.ready for c in p.status.container_statuses)
+        for p in _pods(live, live.raycluster)), 180)
+    st = _json(live.mr("status", "--backend", "kubernetes", "-o", "json"))
+    assert st["ready_workers"] == 2, st
 
 
 def test_park_then_resume_brings_both_workers_back_into_ray(live: SimpleNamespace) -> None:
