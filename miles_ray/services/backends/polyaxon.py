@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from miles_ray.adapters import polyaxon_api, state
+from miles_ray.adapters import kube, polyaxon_api, state
 from miles_ray.adapters.kube.preflight import service_account_denied
 from miles_ray.core.builders import ray_token_secret
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, NotFound
+from miles_ray.core.errors import ClusterError, NotFound, TimedOut
 from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress, say
 from miles_ray.services import k8s_clusters
@@ -268,6 +268,17 @@ class PolyaxonBackend:
         client.stop_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"])
         say(progress, f"stopped Polyaxon run {rec['polyaxon_uuid']}; its operation is kept for 'resume'")
         out.stopped_uuid = rec["polyaxon_uuid"]
+        if wait and not kc.without_kubectl(cfg, rec):
+            # Polyaxon's agent removes the run's cluster; its pods stop gracefully (preStop: ray stop) and hold their
+            # CPUs and GPUs until they are gone: a 'resume' right after would find its new pods unschedulable.
+            api, deadline = kc.client(cfg), time.monotonic() + timeout
+            while pods := kube.cluster_pods(api, cfg.namespace, rec["raycluster"]):
+                if time.monotonic() > deadline:
+                    raise TimedOut(f"Polyaxon run {rec['polyaxon_uuid']} is stopped but {len(pods)} pod(s) of "
+                                   f"{rec['raycluster']} are still there after {timeout:.0f}s",
+                                   hint="'miles-ray status' shows them; 'miles-ray park' again waits")
+                say(progress, f"waiting for {len(pods)} pod(s) to go")
+                time.sleep(kc.POLL)
         return out
 
     def resume(self, cfg: MilesRayConfig, *, wait: bool = True, ray_check: bool = True, timeout: float = 600,
