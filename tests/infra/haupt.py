@@ -241,6 +241,7 @@ def start(
     connections: list[dict] | None = None,
     port: int | None = None,
     timeout: float = 90,
+    artifacts_store: dict | None = None,
 ) -> HauptServer:
     """Start ``haupt sandbox start`` on 127.0.0.1 and wait until it answers (or raise)."""
     workdir = Path(workdir)
@@ -258,6 +259,10 @@ def start(
         PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         POLYAXON_AGENT_CONNECTIONS=json.dumps(conns),
     )
+    if artifacts_store is not None:
+        # the store the agent's runs write to, under the same name: the server then serves runs' logs and outputs
+        # from its path, and what it asks the agent to do with a run (e.g. clean it) names a store the agent knows
+        env["POLYAXON_AGENT_ARTIFACTS_STORE"] = json.dumps(artifacts_store)
     last_error = ""
     for _ in range(3):  # a free port can be taken between probing and binding: retry on another
         p = port or free_port()

@@ -10,9 +10,9 @@ tests/infra/realpods.py, placed so that everything Polyaxon's pods need answers.
 
 Where each piece runs and why:
 - the API server (haupt sandbox, tests/infra/haupt.py) on the machine's 127.0.0.1; pods reach it at
-  ``host_for_pods`` (realnodes.relay_out). Its artifacts store is its sandbox directory ``server.path``, and the
-  claim ``polyaxon-artifacts`` (the agent's artifacts store, mounted by every pod Polyaxon makes) is a
-  hostPath volume of THAT directory: what the pods' sidecars write (``<run uuid>/plxlogs/<pod>.jsonl``) is what
+  ``host_for_pods`` (realnodes.relay_out). Server and agent share ONE artifacts store ``artifacts-store``: the
+  claim ``polyaxon-artifacts``, a hostPath volume of the sandbox directory, mounted in every pod Polyaxon makes
+  at that same path, the path the server reads: what the pods' sidecars write (``<run uuid>/plxlogs/<pod>.jsonl``) is what
   the API serves as the run's logs (``GET /streams/v1/<ns>/<owner>/<project>/runs/<uuid>/logs``).
 - the agent (cluster/polyaxon_stack.py ``polyaxon agent start``) on the machine against the cluster's kubeconfig
   (the relay into the namespace), polling ``host``; it creates the ``polyaxon.com/v1 Cluster`` objects.
@@ -150,8 +150,16 @@ def start_polyaxon_pods(rp: RealPods, workdir: Path, namespace: str) -> Polyaxon
     except haupt.HauptUnavailable as e:
         unavailable("Polyaxon API server", str(e))
         raise  # unreachable
+    # ONE artifacts store for the server and the agent, by the same name and path: the claim's volume is this
+    # directory of the machine, mounted in every pod at the same path the server reads it at (the server would
+    # otherwise serve no pod's logs, and the agent fail on the server's clean-up requests for a store it does
+    # not know: seen on real pods, 'KeyError: artifacts_store' then the agent exits).
+    artifacts = workdir / "haupt" / "sandbox"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    store = {**pstack.DEFAULT_ARTIFACTS_STORE,
+             "schema": {"volumeClaim": ARTIFACTS_CLAIM, "mountPath": str(artifacts)}}
     t0 = time.monotonic()
-    server = haupt.start(venv, workdir / "haupt")
+    server = haupt.start(venv, workdir / "haupt", artifacts_store=store)
     figures["haupt_start_s"] = round(time.monotonic() - t0, 1)
     px = None
     try:
@@ -163,14 +171,14 @@ def start_polyaxon_pods(rp: RealPods, workdir: Path, namespace: str) -> Polyaxon
         data = rp.dir / "volumes" / f"{namespace}-miles-data"
         data.mkdir(parents=True, exist_ok=True)
         pvs = [_claim_on(core, namespace, "miles-data", data),
-               _claim_on(core, namespace, ARTIFACTS_CLAIM, server.path)]
+               _claim_on(core, namespace, ARTIFACTS_CLAIM, artifacts)]
         t = time.monotonic()
         stack = pstack.up(workdir / "stack", rp.kubeconfig, server.host, namespace, with_mloperator=False,
-                          die_with_parent=True)
+                          artifacts_store=store, die_with_parent=True)
         figures["agent_start_s"] = round(time.monotonic() - t, 1)
         standin = MloperatorStandIn(client.CustomObjectsApi(rp.api_client()), namespace).start()
         px = PolyaxonPods(real_pods=rp, namespace=namespace, server=server, stack=stack, standin=standin,
-                          host_for_pods=f"http://{hostport}", artifacts=server.path, data=data, figures=figures,
+                          host_for_pods=f"http://{hostport}", artifacts=artifacts, data=data, figures=figures,
                           _relay=relay, _pvs=pvs)
         server.create_project(PROJECT, OWNER)
         return px
