@@ -739,7 +739,7 @@ def up(
         if real:  # the cluster's own network namespace, and the relay from the machine's loopback
             t = time.monotonic()
             real.create_netns()
-            real.start_relay(sorted(ports.values()))
+            real.start_relay(sorted(ports.values()), api_port=ports["apiserver"])
             timings["netns+relay"] = time.monotonic() - t
 
         # etcd

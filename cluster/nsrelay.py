@@ -11,6 +11,16 @@ route is added anywhere, so the processes of the real-pod cluster (apiserver, ku
 no path out of their namespace, while the tests and ``kubectl`` on the machine reach the apiserver
 (and the control plane's health ports) at the same ``https://127.0.0.1:P`` the cluster uses inside.
 
+Two more directions, for what PODS of the real-pod cluster must reach (both listen INSIDE the namespace,
+at an address the run put on the namespace's loopback, so pods reach them through their node's bridge):
+
+- ``--inside IP:PORT=TPORT``: connect to 127.0.0.1:TPORT in the namespace too. The in-cluster API
+  address ``10.96.0.1:443`` (the ``kubernetes`` Service, which nothing else serves: there is no
+  kube-proxy) relayed to the apiserver, for Polyaxon's sidecar and anything else using the in-cluster
+  client config.
+- ``--outward IP:PORT=TPORT``: connect to 127.0.0.1:TPORT on the MACHINE's loopback: a server the tests
+  run on the machine (the Polyaxon API server) made reachable from pods, and only that port.
+
 Prints ``ready`` on stdout once listening; runs until SIGTERM.
 """
 
@@ -61,6 +71,7 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
 
 
 def _serve(listener: socket.socket, port: int) -> None:
+    """Accept on ``listener``; connect to 127.0.0.1:``port`` in the namespace of the calling thread."""
     while True:
         conn, _ = listener.accept()
         try:
@@ -72,20 +83,53 @@ def _serve(listener: socket.socket, port: int) -> None:
         threading.Thread(target=_pump, args=(conn, inner), daemon=True).start()
 
 
+def _listen(ip: str, port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ip, port))
+    s.listen(64)
+    return s
+
+
+def _mapping(text: str) -> tuple[str, int, int]:
+    """``IP:PORT=TPORT`` -> (IP, PORT, TPORT)."""
+    left, _, target = text.partition("=")
+    ip, _, port = left.rpartition(":")
+    if not ip or not port.isdigit() or not target.isdigit():
+        raise argparse.ArgumentTypeError(f"expected IP:PORT=TPORT, got {text!r}")
+    return ip, int(port), int(target)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nsrelay.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--netns", required=True, help="network namespace file, e.g. /proc/<pid>/ns/net")
-    p.add_argument("--port", type=int, action="append", required=True, help="port to relay (repeatable)")
+    p.add_argument("--port", type=int, action="append", default=[],
+                   help="port to relay from the machine's loopback into the namespace (repeatable)")
+    p.add_argument("--inside", type=_mapping, action="append", default=[],
+                   help="IP:PORT=TPORT: listen in the namespace, connect to its 127.0.0.1:TPORT (repeatable)")
+    p.add_argument("--outward", type=_mapping, action="append", default=[],
+                   help="IP:PORT=TPORT: listen in the namespace, connect to the machine's 127.0.0.1:TPORT")
     a = p.parse_args(argv)
-    listeners = []
-    for port in a.port:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", port))
-        s.listen(64)
-        listeners.append((s, port))
-    enter_netns(a.netns)  # after the listeners exist: they stay on the machine's loopback
+    if not (a.port or a.inside or a.outward):
+        p.error("nothing to relay: give --port, --inside or --outward")
+    listeners = [(_listen("127.0.0.1", port), port) for port in a.port]
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    if a.outward:
+        # Sockets belong to the namespace of the thread that creates them: bind these in the cluster's
+        # namespace, come back, and serve them from threads started here (their connects are the machine's).
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        enter_netns(a.netns)
+        outward = [(_listen(ip, port), target) for ip, port, target in a.outward]
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.setns(home, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns(back to the machine's namespace): {os.strerror(err)}")
+        os.close(home)
+        for s, target in outward:
+            threading.Thread(target=_serve, args=(s, target), daemon=True).start()
+    if a.port or a.inside:
+        enter_netns(a.netns)  # after the machine's listeners exist: they stay on the machine's loopback
+        listeners += [(_listen(ip, port), target) for ip, port, target in a.inside]
     for s, port in listeners:
         threading.Thread(target=_serve, args=(s, port), daemon=True).start()
     print("ready", flush=True)

@@ -60,6 +60,12 @@ IMAGE_PY = HERE / "image" / "build_image.py"
 BUILD_SH = HERE / "build.sh"
 
 DNS_IP = "198.18.0.2"
+#: The in-cluster API address (the ``kubernetes`` Service: first address of fakegpu's SERVICE_CIDR), on the
+#: namespace's loopback and relayed to the apiserver, since no kube-proxy serves Service addresses here.
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+#: Where pods reach servers the tests run on the machine (``relay_out``): an address of the namespace's
+#: loopback whose listeners connect to the machine's 127.0.0.1, one port each.
+MACHINE_IP = "198.18.0.3"
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -119,6 +125,7 @@ def artifact_paths(fg: ModuleType) -> dict[str, Path]:
         "kubelet": cache / "bin" / f"kubelet-{v['KUBERNETES_VERSION']}",
         "ray-image": Path(_image_spec("ray", cache)["tar"]),
         "pause-image": Path(_image_spec("pause", cache)["tar"]),
+        "polyaxon-image": Path(_image_spec("polyaxon", cache)["tar"]),
     }
 
 
@@ -171,6 +178,14 @@ def ensure_built(fg: ModuleType, log: Callable[[str], None]) -> dict[str, float]
         if proc.returncode != 0:
             raise RealNodesError(f"build.sh real-nodes failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
         timings["build"] = time.monotonic() - t
+    if not p["polyaxon-image"].is_file():  # Polyaxon's init + sidecar image (build.sh knows ray and pause only)
+        log("building Polyaxon's init + sidecar image (first run: ~1-2 min) ...")
+        t = time.monotonic()
+        proc = subprocess.run([sys.executable, str(IMAGE_PY), "polyaxon", "--cache", str(fg.cache_dir())],
+                              text=True, capture_output=True)
+        if proc.returncode != 0:
+            raise RealNodesError(f"build_image.py polyaxon failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
+        timings["polyaxon-image"] = time.monotonic() - t
     t = time.monotonic()
     ensure_template(fg, log)
     timings["template"] = time.monotonic() - t
@@ -247,7 +262,7 @@ def template_dir(fg: ModuleType) -> Path:
     cache = fg.cache_dir()
     key = hashlib.sha256("\n".join([
         TEMPLATE_FORMAT, v["CONTAINERD_DEB_VERSION"], _image_spec("ray", cache)["key"],
-        _image_spec("pause", cache)["key"],
+        _image_spec("pause", cache)["key"], _image_spec("polyaxon", cache)["key"],
     ]).encode()).hexdigest()[:16]
     return cache / "containerd" / key
 
@@ -265,7 +280,7 @@ def ensure_template(fg: ModuleType, log: Callable[[str], None]) -> dict[str, Any
         if meta_file.is_file():
             return json.loads(meta_file.read_text())
         cache = fg.cache_dir()
-        images = {k: _image_spec(k, cache) for k in ("pause", "ray")}
+        images = {k: _image_spec(k, cache) for k in ("pause", "ray", "polyaxon")}
         work = tdir.parent / f"{tdir.name}.tmp{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
         (work / "state").mkdir(parents=True)
@@ -292,6 +307,7 @@ def ensure_template(fg: ModuleType, log: Callable[[str], None]) -> dict[str, Any
                 out["images"][kind] = {"tag": spec["tag"], "import_seconds": round(time.monotonic() - t, 1)}
             for kind, spec in images.items():
                 r = _ctr(sock, "images", "ls")
+                r_ls = r.stdout
                 for line in r.stdout.splitlines():
                     f = line.split()
                     if f and f[0] == spec["tag"]:
@@ -307,6 +323,12 @@ def ensure_template(fg: ModuleType, log: Callable[[str], None]) -> dict[str, Any
                 r = _ctr(sock, "images", "tag", spec["tag"], out["images"][kind]["repo_digest"])
                 if r.returncode != 0:
                     raise RealNodesError(f"ctr images tag {out['images'][kind]['repo_digest']}: {r.stderr.strip()}")
+                # An archive of several images (Polyaxon's init and sidecar: one layer, two configs): the others
+                # were imported with it, under their own names.
+                for extra in (spec.get("tags") or "").split()[1:]:
+                    if not any(line.split()[:1] == [extra] for line in r_ls.splitlines()):
+                        raise RealNodesError(f"{extra} is not listed after importing {spec['tar']}")
+                    out["images"][kind].setdefault("also", []).append(extra)
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -593,16 +615,20 @@ class RealCluster:
         self.state["netns"] = ns
         self.save()
         self._in_netns("ip", "link", "set", "lo", "up")
-        for ip in [DNS_IP] + [n["ip"] for n in self.state["nodes"]]:
+        for ip in [DNS_IP, MACHINE_IP, KUBERNETES_SERVICE_IP] + [n["ip"] for n in self.state["nodes"]]:
             self._in_netns("ip", "addr", "add", f"{ip}/32", "dev", "lo")
         # Pods on different nodes reach each other through this namespace (its own ip_forward).
         self._in_netns("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
         self.state["timings"]["netns"] = time.monotonic() - t
 
-    def start_relay(self, ports: list[int]) -> None:
+    def start_relay(self, ports: list[int], api_port: int | None = None) -> None:
+        """The machine's loopback -> the namespace at ``ports``; with ``api_port``, also the in-cluster API
+        address (``KUBERNETES_SERVICE_IP:443``) -> the apiserver, for pods using the in-cluster config."""
         argv = [sys.executable, str(NSRELAY_PY), "--netns", self.netns_path()]
         for p in ports:
             argv += ["--port", str(p)]
+        if api_port:
+            argv += ["--inside", f"{KUBERNETES_SERVICE_IP}:443={api_port}"]
         rec = self._start("nsrelay", argv)
         _wait_log(rec, self.fg, "ready", "nsrelay", 20)
 
@@ -858,6 +884,41 @@ def _stop_node(fg: ModuleType, d: Path, real: dict[str, Any], n: dict[str, Any],
         result[f"{name}-ns"] = fg._stop(f"{name}-ns", holder, 5, log)
     real.setdefault("teardown_timings", {})[name] = round(time.monotonic() - t0, 1)
     return result
+
+
+def relay_out(real: dict[str, Any], port: int, logs: Path) -> tuple[str, dict[str, Any]]:
+    """Make the machine's 127.0.0.1:``port`` reachable from pods at ``MACHINE_IP:port`` (a relay listening in
+    the cluster's namespace, connecting on the machine's loopback; nothing else of the machine is reachable).
+    Returns (``http://MACHINE_IP:port``-style host without scheme, the relay's process record); stop it with
+    :func:`stop_relay_out` before the cluster stops."""
+    netns = f"/proc/{real['processes']['netns']['pid']}/ns/net"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"nsrelay-out-{port}.log"
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen([sys.executable, str(NSRELAY_PY), "--netns", netns, "--outward",
+                                 f"{MACHINE_IP}:{port}={port}"], stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if "ready" in log_path.read_text(errors="replace"):
+            return f"{MACHINE_IP}:{port}", {"pid": proc.pid, "log": str(log_path), "_proc": proc}
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RealNodesError(f"the relay to the machine's port {port} did not start:\n{_tail(log_path)}")
+
+
+def stop_relay_out(rec: dict[str, Any]) -> None:
+    proc: subprocess.Popen = rec["_proc"]
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def stop_nodes(fg: ModuleType, d: Path, real: dict[str, Any], log: Callable[[str], None]) -> dict[str, str]:

@@ -10,12 +10,13 @@ import pytest
 
 from tests.conftest import IMAGE
 from tests.infra.fixtures import ray_token_secret
+from tests.infra.haupt import grant_runs_rbac
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def px_env(fake_k8s, polyaxon_server, monkeypatch, tmp_path):
+def px_env(fake_k8s, polyaxon_server, monkeypatch, tmp_path, namespace, k8s_api):
     monkeypatch.setenv("KUBECONFIG", str(fake_k8s.kubeconfig))
     monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("POLYAXON_HOST", polyaxon_server.host)
@@ -23,6 +24,7 @@ def px_env(fake_k8s, polyaxon_server, monkeypatch, tmp_path):
     monkeypatch.setenv("POLYAXON_AGENT_CONNECTIONS", json.dumps(polyaxon_server.connections))
     monkeypatch.chdir(tmp_path)
     polyaxon_server.create_project("miles-e2e")
+    grant_runs_rbac(k8s_api, namespace)  # what Polyaxon's sidecar needs of the pods' service account (checked by up)
     return polyaxon_server
 
 

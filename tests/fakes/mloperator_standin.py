@@ -11,6 +11,14 @@ mloperator's Ray manager maps a replica spec (labels of the operation minus ``ap
 every pod template, ``rayStartParams`` defaulting to ``{}``, a worker group without a name becomes
 ``worker-<i>``, the pod spec as is), owned by the Cluster. Everything after that — pods, scheduling,
 GPU placement — is the real KubeRay operator's and the real control plane's work.
+
+What is ASSUMED of the operator that cannot be read here (its Cluster manager is not public):
+- a replica's ``restartPolicy`` (Polyaxon's converter puts it on the replica, ``Never`` unless the
+  operation says otherwise: polyaxon/_k8s/custom_resources/ray_cluster.py) becomes the pod template's
+  ``spec.restartPolicy``, as Polyaxon's operators do for every other replica kind (a RayCluster group has
+  no field of its own for it, so the template is the only place it can go);
+- the template's ``metadata`` carries the replica's labels and annotations as the converter made them;
+- deleting the Cluster deletes the RayCluster (the ownerReference: the garbage collector does it).
 """
 
 from __future__ import annotations
@@ -19,6 +27,23 @@ import threading
 from typing import Any
 
 NAME_LABEL = "app.kubernetes.io/name"
+
+
+def _template(replica: dict[str, Any], labels: dict[str, str], name: str | None = None) -> dict[str, Any]:
+    """A replica's pod template: the converter's pod spec with the replica's restartPolicy (see the module
+    docstring), its labels (the operation's) and annotations."""
+    tmpl = replica.get("template") or {}
+    md = tmpl.get("metadata") or {}
+    spec = dict(tmpl["spec"])
+    if replica.get("restartPolicy"):
+        spec["restartPolicy"] = replica["restartPolicy"]
+    meta: dict[str, Any] = {"labels": {**{k: v for k, v in (md.get("labels") or {}).items() if k != NAME_LABEL},
+                                       **labels}}
+    if md.get("annotations"):
+        meta["annotations"] = dict(md["annotations"])
+    if name:
+        meta["name"] = name
+    return {"metadata": meta, "spec": spec}
 
 
 def raycluster_for(cr: dict[str, Any]) -> dict[str, Any]:
@@ -36,7 +61,7 @@ def raycluster_for(cr: dict[str, Any]) -> dict[str, Any]:
             "minReplicas": w.get("minReplicas", w.get("replicas", 1)),
             "maxReplicas": w.get("maxReplicas", w.get("replicas", 1)),
             "rayStartParams": dict(w.get("rayStartParams") or {}),
-            "template": {"metadata": {"labels": dict(labels)}, "spec": w["template"]["spec"]},
+            "template": _template(w, labels),
         })
     return {
         "apiVersion": "ray.io/v1",
@@ -50,8 +75,7 @@ def raycluster_for(cr: dict[str, Any]) -> dict[str, Any]:
             "rayVersion": spec.get("rayVersion"),
             "headGroupSpec": {
                 "rayStartParams": dict(head.get("rayStartParams") or {}),
-                "template": {"metadata": {"name": f"{name}-head", "labels": dict(labels)},
-                             "spec": head["template"]["spec"]},
+                "template": _template(head, labels, name=f"{name}-head"),
             },
             "workerGroupSpecs": workers,
         },

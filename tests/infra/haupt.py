@@ -48,6 +48,31 @@ DEFAULT_CONNECTIONS: list[dict] = [
 ]
 
 
+#: What a Polyaxon admin grants the service account the runs' pods use (measured on real pods: Polyaxon's sidecar
+#: reads these through the in-cluster API; without pods/status it loops on ApiException and never syncs).
+RUNS_RBAC_RULES: list[dict] = [
+    {"apiGroups": [""], "resources": ["pods", "pods/status", "pods/log", "services", "events"],
+     "verbs": ["get", "list", "watch"]},
+]
+RUNS_RBAC_NAME = "polyaxon-runs"
+
+
+def grant_runs_rbac(api_client, namespace: str, service_account: str = "default") -> None:
+    """The admin's step of the Polyaxon path: a Role with :data:`RUNS_RBAC_RULES` bound to the runs' service
+    account in ``namespace`` (what ``up --via polyaxon`` checks before creating anything)."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.create_namespaced_role(namespace, {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": RUNS_RBAC_NAME}, "rules": RUNS_RBAC_RULES})
+    rbac.create_namespaced_role_binding(namespace, {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": RUNS_RBAC_NAME},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RUNS_RBAC_NAME},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]})
+
+
 class HauptUnavailable(RuntimeError):
     """The sandbox venv cannot be created or the server cannot be started."""
 
@@ -216,6 +241,7 @@ def start(
     connections: list[dict] | None = None,
     port: int | None = None,
     timeout: float = 90,
+    artifacts_store: dict | None = None,
 ) -> HauptServer:
     """Start ``haupt sandbox start`` on 127.0.0.1 and wait until it answers (or raise)."""
     workdir = Path(workdir)
@@ -233,6 +259,10 @@ def start(
         PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         POLYAXON_AGENT_CONNECTIONS=json.dumps(conns),
     )
+    if artifacts_store is not None:
+        # the store the agent's runs write to, under the same name: the server then serves runs' logs and outputs
+        # from its path, and what it asks the agent to do with a run (e.g. clean it) names a store the agent knows
+        env["POLYAXON_AGENT_ARTIFACTS_STORE"] = json.dumps(artifacts_store)
     last_error = ""
     for _ in range(3):  # a free port can be taken between probing and binding: retry on another
         p = port or free_port()

@@ -59,6 +59,18 @@ def pod_rows(pods: list[Any]) -> list[dict]:
                 if waiting.reason == "CrashLoopBackOff":
                     message = f"restarted {cs.restart_count or 0} time(s); {message}"
                 fatal = waiting_is_fatal(waiting.reason, cs.restart_count or 0)
+        if p.spec.restart_policy == "Never" and p.status.phase == "Running" and p.metadata.deletion_timestamp is None:
+            # A container beside Ray (Polyaxon's sidecar) that ended in a pod that never restarts it (Polyaxon's pods:
+            # restartPolicy Never) leaves the pod unready for good: KubeRay never reports the cluster ready, so say
+            # so instead of waiting. (The Ray container, the first, is KubeRay's: it replaces a pod whose Ray ended.)
+            ray = p.spec.containers[0].name if p.spec.containers else None
+            for cs in p.status.container_statuses or []:
+                done = cs.state.terminated if cs.state and cs.name != ray else None
+                if done is not None:
+                    reason, fatal = "ContainerExited", True
+                    message = (f"container {cs.name} exited (code {done.exit_code}, {done.reason or 'no reason'}) and "
+                               f"the pod's restartPolicy is Never, so the pod never becomes Ready (kubectl -n "
+                               f"{p.metadata.namespace} logs {p.metadata.name} -c {cs.name})")
         ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
         out.append({
             "name": p.metadata.name,

@@ -110,3 +110,30 @@ def run_pod_once(api_client, pod: dict[str, Any], timeout: float, on_wait: Calla
         except Exception as e:  # noqa: BLE001 -- already gone is fine; anything else is said
             if http_status(e) != 404:
                 raise api_error(e, f"delete pod {namespace}/{name}") from None
+
+def service_account_denied(api_client, namespace: str, service_account: str,
+                           wanted: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    """Which of ``wanted`` (verb, resource[/subresource]) in ``namespace`` the service account may NOT do, asked
+    of the API server's authorizer (LocalSubjectAccessReview: no pod is started). None when the caller may not
+    ask (403/401/404): then nothing is known."""
+    from kubernetes import client
+
+    authz = client.AuthorizationV1Api(api_client)
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+    denied = []
+    for verb, res in wanted:
+        resource, _, sub = res.partition("/")
+        review = client.V1LocalSubjectAccessReview(
+            metadata=client.V1ObjectMeta(namespace=namespace),
+            spec=client.V1SubjectAccessReviewSpec(user=user, groups=groups, resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, group="", resource=resource, subresource=sub or None)))
+        try:
+            answer = authz.create_namespaced_local_subject_access_review(namespace, review)
+        except Exception as e:  # noqa: BLE001
+            if http_status(e) in (401, 403, 404):
+                return None
+            raise api_error(e, f"ask the API server what {user} may do") from None
+        if not (answer.status and answer.status.allowed):
+            denied.append((verb, res))
+    return denied

@@ -148,7 +148,15 @@ class PolyaxonApi:
             if not create:
                 raise NotFound(not_found, hint=f"create it: polyaxon project create --name {project}") from None
             data = self.call(f"create project {owner}/{project}", lambda: pc.create({"name": project}))
-        return plain(data)
+        out = plain(data)
+        # live_state 1: live; 0: archived; -1: being deleted. The server answers a run created in an archived
+        # project with 404 'not found' although the project reads fine: say what it is instead.
+        if out.get("live_state") not in (None, 1):
+            what = "archived" if out.get("live_state") == 0 else "being deleted"
+            raise Conflict(f"Polyaxon project {owner}/{project} on {self.host} is {what}: no run can be created in it",
+                           hint=(f"restore it (polyaxon project restore -p {owner}/{project}) or set another "
+                                 "polyaxon_project" if what == "archived" else "set another polyaxon_project"))
+        return out
 
     # -- runs -------------------------------------------------------------------------------
 
@@ -245,13 +253,17 @@ class PolyaxonApi:
             run = self.get_run(owner, project, uuid, with_conditions=True)
             status = run["status"]
             if status == "failed":
+                # The server refused the operation when compiling it: take the failed run away again, so that
+                # nothing is left of a request that never started (and a retry is not a 'live run' conflict).
                 message = failure_message(run)
+                self.delete_run(owner, project, uuid)
                 unknown = unknown_connections(message)
                 if unknown:
                     raise NotFound(
                         f"Polyaxon agent does not know connection(s) {', '.join(unknown)}: "
-                        f"run {uuid} failed to compile", hint=CONNECTION_HINT)
-                raise ClusterError(f"Polyaxon run {uuid} failed: {message}")
+                        f"run {uuid} failed to compile (deleted again)", hint=CONNECTION_HINT)
+                raise ClusterError(f"Polyaxon refused the operation: {message} (run {uuid} failed to compile; "
+                                   "deleted again, nothing is left)")
             if status not in PRE_COMPILE_STATUSES:
                 return run
             if time.monotonic() >= deadline:

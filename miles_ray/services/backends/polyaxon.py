@@ -8,10 +8,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from miles_ray.adapters import polyaxon_api, state
+from miles_ray.adapters import kube, polyaxon_api, state
+from miles_ray.adapters.kube.preflight import service_account_denied
 from miles_ray.core.builders import ray_token_secret
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, NotFound
+from miles_ray.core.errors import ClusterError, NotFound, TimedOut
 from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress, say
 from miles_ray.services import k8s_clusters
@@ -20,6 +21,45 @@ from miles_ray.services.backends.drift import refuse_drift
 from miles_ray.services.backends.idle import iso, park_gate
 from miles_ray.services.backends.results import (DownCluster, KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp,
                                                  ParkedCluster, ParkResult, PolyaxonRunStatus, Preflight)
+
+
+#: What Polyaxon's ``polyaxon-sidecar`` (in every pod the agent makes) reads through the in-cluster API as the pod's
+#: service account: the pod and its status (without pods/status it retries forever), the main container's logs,
+#: services and events. Without it the sidecar exits at once and, the pods' restartPolicy being Never, a pod never
+#: becomes Ready: the RayCluster never turns ready and 'up' would wait for nothing.
+SIDECAR_ACCESS: list[tuple[str, str]] = [(verb, res) for res in ("pods", "pods/status", "pods/log", "services", "events")
+                                         for verb in ("get", "list", "watch")]
+
+
+def _runs_service_account(op: dict[str, Any]) -> str:
+    """The service account the operation's pods run as: the one its head names, else the namespace's default."""
+    head = ((op.get("component") or {}).get("run") or {}).get("head") or {}
+    return (head.get("environment") or {}).get("serviceAccountName") or "default"
+
+
+def check_sidecar_access(cfg: MilesRayConfig, api, op: dict[str, Any], progress: Progress) -> str:
+    """Refuse, before anything is created, an operation whose pods' service account may not do what Polyaxon's
+    sidecar needs (:data:`SIDECAR_ACCESS`), naming what is missing and the commands that grant it. Returns a
+    notice when the caller may not ask the API server (then nothing is known), else ''."""
+    sa = _runs_service_account(op)
+    say(progress, f"preflight: what service account {cfg.namespace}/{sa} may do for Polyaxon's sidecar")
+    denied = service_account_denied(api, cfg.namespace, sa, SIDECAR_ACCESS)
+    if denied is None:
+        return (f"could not check what service account {cfg.namespace}/{sa} may do (you may not create "
+                "LocalSubjectAccessReviews): Polyaxon's sidecar in every pod needs get/list/watch on pods, "
+                "pods/status, pods/log, services and events, or the pods never become Ready")
+    if denied:
+        resources = sorted({res for _, res in denied}, key=[r for _, r in SIDECAR_ACCESS].index)
+        verbs = sorted({verb for verb, _ in denied}, key=["get", "list", "watch"].index)
+        raise ClusterError(
+            f"service account {cfg.namespace}/{sa} may not {', '.join(verbs)} {', '.join(resources)}: Polyaxon's "
+            "sidecar in every pod of the operation reads them through the Kubernetes API, and without that it exits "
+            "and the pods never become Ready; nothing was created",
+            hint=(f"ask an admin to run: kubectl -n {cfg.namespace} create role polyaxon-runs --verb=get,list,watch "
+                  "--resource=pods,pods/status,pods/log,services,events && kubectl -n "
+                  f"{cfg.namespace} create rolebinding polyaxon-runs --role=polyaxon-runs "
+                  f"--serviceaccount={cfg.namespace}:{sa}"))
+    return ""
 
 
 def polyaxon_status(cfg: MilesRayConfig, rec: dict[str, Any], with_ray: bool = False) -> PolyaxonRunStatus:
@@ -135,8 +175,9 @@ class PolyaxonBackend:
             say(progress, f"preflight: the Ray token Secret {cfg.namespace}/{ray_token_secret(cfg)}")
             report.ray_token_secret = kc.check_token_secret(cfg, api, ray_token_secret(cfg),
                                                                "the operation's head and workers")
+        unchecked = check_sidecar_access(cfg, api, objects.operation or {}, progress)
         result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
-                        warnings=objects.warnings)
+                        warnings=objects.warnings, notices=[unchecked] if unchecked else [])
         return self._create(cfg, api, objects, result, progress, timeout, dry_run, wait, ray_check)
 
     def _create(self, cfg: MilesRayConfig, api, objects: ClusterDocuments, result: KubeUp, progress: Progress,
@@ -228,6 +269,17 @@ class PolyaxonBackend:
         client.stop_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"])
         say(progress, f"stopped Polyaxon run {rec['polyaxon_uuid']}; its operation is kept for 'resume'")
         out.stopped_uuid = rec["polyaxon_uuid"]
+        if wait and not kc.without_kubectl(cfg, rec):
+            # Polyaxon's agent removes the run's cluster; its pods stop gracefully (preStop: ray stop) and hold their
+            # CPUs and GPUs until they are gone: a 'resume' right after would find its new pods unschedulable.
+            api, deadline = kc.client(cfg), time.monotonic() + timeout
+            while pods := kube.cluster_pods(api, cfg.namespace, rec["raycluster"]):
+                if time.monotonic() > deadline:
+                    raise TimedOut(f"Polyaxon run {rec['polyaxon_uuid']} is stopped but {len(pods)} pod(s) of "
+                                   f"{rec['raycluster']} are still there after {timeout:.0f}s",
+                                   hint="'miles-ray status' shows them; 'miles-ray park' again waits")
+                say(progress, f"waiting for {len(pods)} pod(s) to go")
+                time.sleep(kc.POLL)
         return out
 
     def resume(self, cfg: MilesRayConfig, *, wait: bool = True, ray_check: bool = True, timeout: float = 600,
