@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: a supervised run carried through a lost worker pod, on real pods (KubeRay on real kubelets +
+"""Benchmark: a supervised run carried through a lost worker pod, then one through a lost head pod, on real pods (KubeRay on real kubelets +
 containerd, tests/infra/realpods.py), through the miles-ray CLI as a user runs it.
 
 Brings up the real-pod cluster and ``up --via kuberay --nodes 2`` (tests/realpods/test_supervised_runs.py's
@@ -26,9 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.infra.realpods import start_real_pods  # noqa: E402
-from tests.realpods.test_supervised_runs import K, bring_up, worker_loss  # noqa: E402
+from tests.realpods.test_supervised_runs import K, bring_up, head_loss, worker_loss  # noqa: E402
 
-TARGETS = {"worker_deleted_to_training_resumed_s": 60.0, "steps_lost": float(K), "supervisor_rss_mib": 256.0}
+TARGETS = {"worker_deleted_to_training_resumed_s": 60.0, "steps_lost": float(K), "supervisor_rss_mib": 256.0,
+           "head_deleted_to_training_resumed_s": 60.0, "head_loss_steps_lost": float(K)}
 
 
 def cpu(quantity: str) -> float:
@@ -57,6 +58,10 @@ def main() -> int:
             out["supervisor_requests"] = requests
             out["supervisor_requested_cpu"] = cpu(requests["cpu"])
             out["supervisor_requested_mib"] = mib(requests["memory"])
+            head = head_loss(live, "bench-headloss")  # the cluster is GCS fault tolerant (bring_up: --gcs-ft)
+            out.update(head["figures"])
+            out["head_loss_status"] = head["status"]["status"]
+            out["workers_restarted_by_head_loss"] = head["after"] != head["before"]
             live.down()
         finally:
             td = rp.stop()
@@ -65,13 +70,15 @@ def main() -> int:
     ratios["supervisor_requested_cpu"] = round(out["supervisor_requested_cpu"] / 0.1, 2)
     ratios["supervisor_requested_mib"] = round(out["supervisor_requested_mib"] / 256, 2)
     print(f"{'figure':<42} {'value':>10} {'target':>8} {'ratio':>6}")
-    for k in ("worker_deleted_to_training_resumed_s", "steps_lost", "supervisor_rss_mib", "supervisor_requested_cpu",
-              "supervisor_requested_mib"):
+    for k in ("worker_deleted_to_training_resumed_s", "steps_lost", "head_deleted_to_training_resumed_s",
+              "head_loss_steps_lost", "supervisor_rss_mib", "supervisor_requested_cpu", "supervisor_requested_mib"):
         target = TARGETS.get(k, {"supervisor_requested_cpu": 0.1, "supervisor_requested_mib": 256.0}.get(k))
         print(f"{k:<42} {out.get(k)!s:>10} {target!s:>8} {ratios.get(k)!s:>6}")
-    print(f"run {out['status']} after {out['attempts']} attempt(s); K = {K}")
+    print(f"worker loss: run {out['status']} after {out['attempts']} attempt(s); head loss: run "
+          f"{out['head_loss_status']}, workers restarted: {out['workers_restarted_by_head_loss']}; K = {K}")
     print("BENCH_RESULT " + json.dumps({"figures": out, "ratios_to_target": ratios}, sort_keys=True))
-    ok = out["status"] == "SUCCEEDED" and all(r <= 1 for r in ratios.values())
+    ok = (out["status"] == "SUCCEEDED" and out["head_loss_status"] == "SUCCEEDED"
+          and not out["workers_restarted_by_head_loss"] and all(r <= 1 for r in ratios.values()))
     return 0 if ok else 1
 
 

@@ -248,6 +248,16 @@ class Supervisor:
         except OSError:
             return None
 
+    def checkpoint_progress(self, n: int) -> int | None:
+        """The last step of the newest complete checkpoint, when it is newer than what attempt ``n`` started from:
+        the attempt's progress when its logs could not be read (lost with the head or node its driver ran on)."""
+        latest = self.latest_iteration()
+        start = self.resumed_iteration.get(n)
+        if latest is None or latest <= 0 or (start is not None and latest <= start):
+            return None
+        self.steps[n] = latest - 1
+        return latest - 1
+
     def read_logs(self, n: int, sid: str) -> None:
         try:
             text = self.api.logs(sid)
@@ -296,6 +306,8 @@ class Supervisor:
                 return code
         while True:
             verdict, step = self.watch(n)
+            if step is None and verdict.kind == "retryable":
+                step = self.checkpoint_progress(n)  # its logs may have gone with its head or node
             previous = self.steps.get(n - 1) if n > 1 else None
             decision = sv.decide(n, verdict, step, previous, spec.max_restarts)
             status = {"succeeded": "SUCCEEDED", "stopped": "STOPPED"}.get(verdict.kind, "FAILED")

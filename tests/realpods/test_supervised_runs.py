@@ -2,8 +2,11 @@
 run's supervisor as a Kubernetes Job beside the RayCluster (miles_ray/core/supervisor_job.py), which carries the run
 through a lost worker pod, resuming from the run's last complete checkpoint.
 
-One cluster for the module (``up --via kuberay --nodes 2`` in its own namespace, enforcing the restricted Pod
-Security Standard), downed at the end.
+One cluster for the module (``up --via kuberay --nodes 2 --gcs-ft`` with a real Redis, in its own namespace
+enforcing the restricted Pod Security Standard), downed at the end. Scenarios: a worker pod lost (resumed from the
+last checkpoint, figures), the head pod lost (GCS fault tolerance: the workers' containers are not restarted;
+the driver, which ran on the head, is resubmitted), the submitting CLI killed, a bad flag, stop while the
+supervisor waits for workers, the restart budget spent.
 
 What is fake here, and why: the GPUs (no GPU on this machine) and Miles's ``train.py``: the FAKE checkpointing
 trainer tests/fakes/fake_ckpt_train.py (steps of about a second on actors on both GPU workers, a checkpoint every K
@@ -28,6 +31,7 @@ import yaml
 
 from tests.infra.fixtures import poll
 from tests.infra.realpods import RealPods
+from tests.infra.redis_pod import start_redis
 
 pytestmark = pytest.mark.real_pods
 
@@ -46,15 +50,14 @@ BAD_FLAG = "--bogus-flag"
 
 
 def bring_up(real_pods: RealPods, work: Path) -> SimpleNamespace:
-    """Namespace miles-sup (enforcing restricted), claim miles-data with the FAKE trainer as miles_root/train.py,
-    and ``up --via kuberay --nodes 2``; ``.mr(*args)`` runs miles-ray against it, ``.down()`` deletes it all."""
+    """Namespace miles-sup, claim miles-data with the FAKE trainer as miles_root/train.py, a real Redis
+    (tests/infra/redis_pod.py) and ``up --via kuberay --nodes 2 --gcs-ft`` with it; then the namespace enforces the
+    restricted Pod Security Standard (every supervisor pod is admitted under it); ``.mr(*args)`` runs miles-ray against it, ``.down()`` deletes it all."""
     from kubernetes import client
 
     api = real_pods.api_client()
     core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=NS, labels={"pod-security.kubernetes.io/enforce": "restricted",
-                         "pod-security.kubernetes.io/enforce-version": "latest"})))
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
     poll(f"ServiceAccount {NS}/default",
          lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(NS).items), 60)
     volume = real_pods.shared_volume(NS, "miles-data")
@@ -79,15 +82,25 @@ def bring_up(real_pods: RealPods, work: Path) -> SimpleNamespace:
                               text=True, timeout=timeout, cwd=work)
         return proc.returncode, proc.stdout, proc.stderr
 
+    redis = start_redis(real_pods, NS)
+
     def down() -> None:
-        code, _, err = mr("down", "-y", "--backend", "kubernetes", "-o", "json")
+        code, _, err = mr("down", "-y", "--backend", "kubernetes", "-o", "json", timeout=600)
         assert code == 0, err[-3000:]
+        crd = client.CustomObjectsApi(api)
+        # KubeRay's GCS fault tolerance finalizer empties the Redis (a Job that needs it) before the RayCluster goes
+        poll("the RayCluster to be gone", lambda: not crd.list_namespaced_custom_object(
+            "ray.io", "v1", NS, "rayclusters")["items"], 420, interval=2)
+        redis.stop()
         poll("every pod of the namespace to be gone", lambda: not core.list_namespaced_pod(NS).items, 180)
         core.delete_namespace(NS)
 
     t = time.monotonic()
-    code, _, err = mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json")
+    code, _, err = mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json",
+                      "--gcs-ft", redis.address, "--gcs-ft-password-secret", redis.secret)
     assert code == 0, err[-4000:]
+    core.patch_namespace(NS, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted",
+                                                     "pod-security.kubernetes.io/enforce-version": "latest"}}})
     return SimpleNamespace(api=api, core=core, crd=client.CustomObjectsApi(api), volume=volume, work=work,
                            env=run_env, mr=mr, down=down, up_s=round(time.monotonic() - t, 1))
 
@@ -351,3 +364,64 @@ def test_the_restart_budget_spent_fails_listing_every_attempt(cluster: SimpleNam
     assert "budget" in json.dumps(st).lower(), st
     _never_two_drivers(_ray_jobs(cluster, "budget"))
     poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
+
+
+def _worker_containers(live: SimpleNamespace) -> dict[str, tuple[str, int]]:
+    """Worker pod name -> (its Ray container's id, restartCount)."""
+    out = {}
+    for p in _workers(live):
+        ray = next(c for c in p.status.container_statuses or [] if c.name == "ray")
+        out[p.metadata.name] = (ray.container_id, ray.restart_count)
+    return out
+
+
+def _trained_steps(live: SimpleNamespace, run: str) -> list[list[int]]:
+    """Every step the FAKE trainer trained for ``run``, per process in order (its ``.stand-in-steps`` file in the
+    run's checkpoint dir on the shared volume: it outlives a head and its logs)."""
+    record = json.loads((live.work / "state" / "runs" / f"{run}.json").read_text())
+    path = live.volume / Path(record["checkpoint_dir"]).relative_to("/mnt/miles") / ".stand-in-steps"
+    per: dict[str, list[int]] = {}
+    for line in path.read_text().splitlines():
+        pid, step = line.split()
+        per.setdefault(pid, []).append(int(step))
+    return list(per.values())
+
+
+def head_loss(live: SimpleNamespace, run: str) -> dict:
+    """The head pod deleted (grace 0) while the run trains on the GCS fault-tolerant cluster. Returns the figures
+    and what the assertions need (shared with benchmarks/bench_supervised.py)."""
+    poll("both GPU workers in Ray", lambda: _gpu_workers_in_ray(live) == 2, 300)
+    first = _submit(live, run)
+    sid = first["submission_id"]
+    poll(f"attempt 1 to train past step {K + 1}", lambda: len(_steps(_job_logs(live, sid))) > K + 1, 300)
+    before = _worker_containers(live)
+    [head] = [p for p in live.core.list_namespaced_pod(
+        NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items if p.metadata.deletion_timestamp is None]
+    t = time.monotonic()
+    live.core.delete_namespaced_pod(head.metadata.name, NS, grace_period_seconds=0)
+    poll("attempt 2 to train its first step", lambda: _steps(_job_logs(live, f"{sid}-a2")), 300, interval=0.5,
+         explain=lambda: f"status: {json.dumps(_status(live, run))[-3000:]}\nRay's jobs: {_head_api(live, '/api/jobs/')}")
+    resumed_s = round(time.monotonic() - t, 1)
+    st = _until_final(live, run)
+    steps = _trained_steps(live, run)
+    resumed = st["attempts"][1].get("resumed_iteration") if len(st["attempts"]) > 1 else None
+    return {"status": st, "before": before, "after": _worker_containers(live), "steps": steps, "resumed": resumed,
+            "figures": {"head_deleted_to_training_resumed_s": resumed_s,
+                        "head_loss_steps_lost": max(steps[0]) + 1 - resumed if resumed is not None else None}}
+
+
+def test_the_head_pod_lost_with_gcs_ft_resumes_and_keeps_the_workers(cluster: SimpleNamespace,
+                                                                      real_pods: RealPods) -> None:
+    """The head pod deleted (grace 0) mid-run on the GCS fault-tolerant cluster: the workers' Ray containers are
+    not restarted; the job's driver (it ran on the head) is lost with it, and the supervisor (its pod reaches the
+    new head by the head Service's name) starts attempt 2 from the last checkpoint: SUCCEEDED."""
+    got = head_loss(cluster, "headloss")
+    st = got["status"]
+    real_pods.figures.update(got["figures"])
+    assert st["status"] == "SUCCEEDED", json.dumps(st)[-3000:]
+    assert [a["attempt"] for a in st["attempts"]] == [1, 2], st["attempts"]
+    assert got["after"] == got["before"]  # same pods, same containers, restartCount unchanged
+    s1, s2 = got["steps"]
+    resumed = got["resumed"]
+    assert resumed is not None and resumed % K == 0 and max(s1) + 1 - resumed <= K, (resumed, s1)
+    assert s2 == list(range(resumed, TARGET)), s2
