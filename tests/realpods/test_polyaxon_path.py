@@ -291,7 +291,9 @@ def test_rehearsal_follows_to_succeeded(live: SimpleNamespace) -> None:
     code, out, err = live.mr("submit", "--rehearse", "--nodes", "2", "--run", "px-rehearsal", "--timeout", "600",
                              "--follow")
     live.rp.figures["px_rehearsal_s"] = round(time.monotonic() - t, 1)
-    assert code == 0, err[-3000:]
+    if code != 0:
+        pytest.fail("\n".join([err[-3000:], live.mr("status", "px-rehearsal", "-o", "json")[1][-3000:],
+                               *live.mr("logs", "px-rehearsal")[1:], *_supervisor_logs(live, "px-rehearsal")]))
     result = json.loads([ln for ln in out.splitlines() if ln.startswith("REHEARSAL_RESULT ")][-1].split(" ", 1)[1])
     assert result["ok"] is True and result["errors"] == []
     assert len(result["nodes"]) == 2 and all(n["gpus"] == GPUS for n in result["nodes"]), result["nodes"]
