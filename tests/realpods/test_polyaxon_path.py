@@ -303,14 +303,14 @@ def test_rehearsal_follows_to_succeeded(live: SimpleNamespace) -> None:
 
 # ---- 3. a direct-mode Miles run is a Polyaxon run, kept current from the cluster ----------------------------
 
-ROLLOUTS = 6  # of ~1 s each (the FAKE trainer), a checkpoint every 3
+ROLLOUTS = 20  # of 0.3 s each (the FAKE trainer); the recipe's --save-interval 20: one checkpoint, at the end
 KINDS = {"step": "train/loss", "rollout": "rollout/raw_reward", "eval": "eval/aime", "perf": "perf/rollout_time"}
 
 
 def _direct_args(run: str, eval_final: str) -> list[str]:
     return ["submit", "--mode", "direct", "--nodes", "2", "--run", run, "--no-check-data", "--num-rollout",
-            str(ROLLOUTS), "--extra-args", "--save-interval 3", "--miles-commit", "abc123", "--allow-miles-drift",
-            "--dataset-revision", "d1", "--model-revision", "m1", "--env", "MILESRAY_TEST_FAKE_ROLLOUT_SECONDS=1",
+            str(ROLLOUTS), "--miles-commit", "abc123", "--allow-miles-drift",
+            "--dataset-revision", "d1", "--model-revision", "m1", "--env", "MILESRAY_TEST_FAKE_ROLLOUT_SECONDS=0.3",
             "--env", f"MILESRAY_TEST_FAKE_EVAL_FINAL={eval_final}", "-o", "json"]
 
 
