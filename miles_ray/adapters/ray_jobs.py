@@ -308,6 +308,22 @@ def _own_package(runtime_env: dict | None, submission_id: str | None) -> Iterato
         yield {**(runtime_env or {}), "working_dir": own}
 
 
+def upload_working_dir(address: str, runtime_env: dict | None, submission_id: str | None) -> dict | None:
+    """The runtime env with its local ``working_dir`` uploaded to the head (a ``gcs://`` package, as Ray's SDK
+    does before it submits), for a job another process submits through the Jobs API alone (a run's supervisor,
+    which cannot read this machine's files); unchanged without a local ``working_dir``. The head keeps an
+    uploaded package unreferenced for minutes (Ray's temporary reference), long enough for that submit."""
+    wd = (runtime_env or {}).get("working_dir")
+    if not wd or not os.path.isdir(wd):
+        return runtime_env
+    address = normalize_address(address)
+    client = _client(address)
+    with _own_package(runtime_env, submission_id) as env:
+        uploaded = dict(env or {})
+        _call(address, "uploading the job's working dir", lambda: client._upload_working_dir_if_needed(uploaded))
+    return uploaded
+
+
 def submit(
     address: str,
     entrypoint: str,

@@ -100,6 +100,9 @@ class MilesRayConfig(BaseModel):
     kubeconfig: str | None = Field(None, description="kubeconfig path (default: $KUBECONFIG or ~/.kube/config)")
     ray_address: str | None = Field(None, description="Ray dashboard / Jobs API URL of an existing head (http://HOST:8265)")
     polyaxon_host: str | None = Field(None, description="Polyaxon API URL (default: $POLYAXON_HOST)")
+    polyaxon_host_in_cluster: str | None = Field(
+        None, description="the Polyaxon API as pods reach it (default: polyaxon_host): where a run's supervisor "
+                          "pod reports the run's Polyaxon run")
     polyaxon_owner: str = Field("default", description="Polyaxon organization")
     polyaxon_project: str = Field("miles", description="Polyaxon project for operations")
     polyaxon_preset: str | None = Field(None, description="Polyaxon scheduling preset applied to the operation")
@@ -447,6 +450,9 @@ namespace: default
 polyaxon_owner: default
 polyaxon_project: miles
 # polyaxon_host: http://polyaxon.example:8000
+# The Polyaxon API as pods reach it (default: polyaxon_host), e.g. its in-cluster Service when the URL above is
+# an ingress or a port-forward only this machine reaches: runs' supervisors report to their Polyaxon runs there.
+# polyaxon_host_in_cluster: http://polyaxon-polyaxon-api.polyaxon.svc.cluster.local:80
 # polyaxon_preset: gpu-h100
 
 # Gang admission: a Kueue LocalQueue (or, with scheduler: volcano, a Volcano queue) admits the whole cluster.

@@ -22,14 +22,15 @@ def run_inputs(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def reporter_section(record: Mapping[str, Any], work_dir: str | None = None,
-                     image: str | None = None) -> dict[str, Any] | None:
+                     image: str | None = None, host: str | None = None) -> dict[str, Any] | None:
     """The supervisor spec's ``polyaxon`` section for a run with a Polyaxon run of its own (``polyaxon_tracked`` in
     its record), None for any other run. ``work_dir``: where the reporter writes its files before upload;
     ``image``: an image with python3 + polyaxon for a supervisor that runs in a pod (Polyaxon's sidecar image; the
-    reporter cannot run in the Miles image)."""
+    reporter cannot run in the Miles image); ``host``: the Polyaxon API as the supervisor reaches it (a pod may not
+    reach the user's ``polyaxon_host``), default the record's."""
     if not record.get("polyaxon_tracked"):
         return None
-    section = {"host": record["polyaxon_host"], "owner": record.get("polyaxon_owner") or "default",
+    section = {"host": host or record["polyaxon_host"], "owner": record.get("polyaxon_owner") or "default",
                "project": record["polyaxon_project"], "run_uuid": record["polyaxon_run_uuid"],
                "checkpoint_dir": record.get("checkpoint_dir"), "upload_seconds": UPLOAD_SECONDS}
     if work_dir:

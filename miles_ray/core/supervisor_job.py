@@ -119,9 +119,13 @@ def build_configmap(raycluster: dict[str, Any], run: str, program: dict[str, str
             "data": data}
 
 
-def build_job(raycluster: dict[str, Any], run: str, program: dict[str, str]) -> dict[str, Any]:
+def build_job(raycluster: dict[str, Any], run: str, program: dict[str, str],
+              image: str | None = None) -> dict[str, Any]:
     """The ``batch/v1`` Job running the supervisor of ``run`` on ``raycluster`` (the live object: its ``uid``
-    owns the Job). ``program``: the files the ConfigMap holds (their paths lay the modules out under ROOT)."""
+    owns the Job). ``program``: the files the ConfigMap holds (their paths lay the modules out under ROOT).
+    ``image``: another image than the cluster's (a run with a Polyaxon run of its own: Polyaxon's sidecar image,
+    python3 + polyaxon, which every pod of a Polyaxon-made cluster already runs, so its nodes have it; the
+    reporter cannot load in the Ray image), pulled IfNotPresent; its HOME is /tmp (the client's config dir)."""
     meta = raycluster["metadata"]
     name = supervisor_name(run)
     head = _head_pod_spec(raycluster)
@@ -135,13 +139,16 @@ def build_job(raycluster: dict[str, Any], run: str, program: dict[str, str]) -> 
     volumes.append({"name": "supervisor", "configMap": {"name": name, "items": files}})
     mounts.append({"name": "supervisor", "mountPath": ROOT, "readOnly": True})
     env = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]
+    if image:
+        env.append({"name": "HOME", "value": "/tmp"})
     secret = token_secret(raycluster)
     if secret:
         volumes.append({"name": "ray-token", "secret": {"secretName": secret, "defaultMode": 0o440,
                                                         "items": [{"key": RAY_TOKEN_KEY, "path": RAY_TOKEN_KEY}]}})
         mounts.append({"name": "ray-token", "mountPath": TOKEN_DIR, "readOnly": True})
     container: dict[str, Any] = {
-        "name": CONTAINER, "image": ray["image"], "imagePullPolicy": ray.get("imagePullPolicy", "IfNotPresent"),
+        "name": CONTAINER, "image": image or ray["image"],
+        "imagePullPolicy": "IfNotPresent" if image else ray.get("imagePullPolicy", "IfNotPresent"),
         "command": ["python3", f"{ROOT}/{PROGRAM}", "--spec", f"{ROOT}/{SPEC}"],
         "env": env, "volumeMounts": mounts,
         "resources": {"requests": dict(REQUESTS), "limits": dict(LIMITS)},

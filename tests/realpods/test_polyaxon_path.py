@@ -26,6 +26,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -77,7 +79,10 @@ def env(real_pods: RealPods, px: PolyaxonPods, tmp_path_factory: pytest.TempPath
                "SMOKE_CPU_REQUEST": "250m"}
     cfg = yaml.safe_load(subprocess.run(["bash", str(SEQUENCE), "--print-config"], env=seq_env, capture_output=True,
                                         text=True, timeout=60, check=True).stdout)
-    cfg.update(image=real_pods.image, ray_version="2.60.0", polyaxon_project=px.project)
+    # the API as the pods reach it (a relay in the namespace): recorded with the cluster by up, where the runs'
+    # supervisor pods report their Polyaxon runs
+    cfg.update(image=real_pods.image, ray_version="2.60.0", polyaxon_project=px.project,
+               polyaxon_host_in_cluster=px.host_for_pods)
     (work / "miles-ray.yaml").write_text(yaml.safe_dump(cfg))
     run_env = {**os.environ, "KUBECONFIG": str(real_pods.kubeconfig), "MILES_RAY_CONFIG": str(work / "miles-ray.yaml"),
                "MILES_RAY_STATE_DIR": str(work / "state"), "POLYAXON_HOST": px.host,
@@ -96,7 +101,7 @@ def env(real_pods: RealPods, px: PolyaxonPods, tmp_path_factory: pytest.TempPath
     api = real_pods.api_client()
     # the user's step of docs/security.md: the Ray token Secret the operation's pods read (named after --name)
     ray_token_secret(client.CoreV1Api(api), NS, NAME)
-    return SimpleNamespace(mr=mr, work=work, api=api, core=client.CoreV1Api(api), crd=client.CustomObjectsApi(api),
+    return SimpleNamespace(mr=mr, run_env=run_env, work=work, api=api, core=client.CoreV1Api(api), crd=client.CustomObjectsApi(api),
                            px=px, rp=real_pods)
 
 
@@ -286,12 +291,139 @@ def test_rehearsal_follows_to_succeeded(live: SimpleNamespace) -> None:
     code, out, err = live.mr("submit", "--rehearse", "--nodes", "2", "--run", "px-rehearsal", "--timeout", "600",
                              "--follow")
     live.rp.figures["px_rehearsal_s"] = round(time.monotonic() - t, 1)
-    assert code == 0, err[-3000:]
+    if code != 0:
+        pytest.fail("\n".join([err[-3000:], live.mr("status", "px-rehearsal", "-o", "json")[1][-3000:],
+                               *live.mr("logs", "px-rehearsal")[1:], *_supervisor_logs(live, "px-rehearsal")]))
     result = json.loads([ln for ln in out.splitlines() if ln.startswith("REHEARSAL_RESULT ")][-1].split(" ", 1)[1])
     assert result["ok"] is True and result["errors"] == []
     assert len(result["nodes"]) == 2 and all(n["gpus"] == GPUS for n in result["nodes"]), result["nodes"]
     st = _json(live.mr("status", "px-rehearsal", "-o", "json"))
     assert st["status"] == "SUCCEEDED"
+
+
+# ---- 3. a direct-mode Miles run is a Polyaxon run, kept current from the cluster ----------------------------
+
+ROLLOUTS = 20  # of 0.3 s each (the FAKE trainer); the recipe's --save-interval 20: one checkpoint, at the end
+KINDS = {"step": "train/loss", "rollout": "rollout/raw_reward", "eval": "eval/aime", "perf": "perf/rollout_time"}
+
+
+def _direct_args(run: str, eval_final: str) -> list[str]:
+    return ["submit", "--mode", "direct", "--nodes", "2", "--run", run, "--no-check-data", "--num-rollout",
+            str(ROLLOUTS), "--miles-commit", "abc123", "--allow-miles-drift",
+            "--dataset-revision", "d1", "--model-revision", "m1", "--env", "MILESRAY_TEST_FAKE_ROLLOUT_SECONDS=0.3",
+            "--env", f"MILESRAY_TEST_FAKE_EVAL_FINAL={eval_final}", "-o", "json"]
+
+
+@pytest.fixture(scope="module")
+def miles(live: SimpleNamespace) -> SimpleNamespace:
+    """The FAKE metrics trainer (tests/fakes/fake_metrics_train.py: Miles-shaped metric lines, Megatron-shaped
+    checkpoint dirs; Miles needs GPUs and its image) as ``miles_root``/train.py on the shared claim; ``mr`` runs
+    miles-ray with that miles_root."""
+    live.px.data.chmod(0o777)  # the run's output and checkpoint dirs are written by the pods' uid
+    root = live.px.data / "fake-miles"
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "tests" / "fakes" / "fake_metrics_train.py", root / "train.py")
+    menv = {**live.run_env, "MILES_RAY_MILES_ROOT": "/mnt/miles/fake-miles"}
+
+    def mr(*args: str, timeout: float = 600) -> tuple[int, str, str]:
+        proc = subprocess.run([sys.executable, "-m", "miles_ray", *args], env=menv, capture_output=True,
+                              text=True, timeout=timeout, cwd=live.work)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return SimpleNamespace(mr=mr, env=menv, live=live)
+
+
+def _record(live: SimpleNamespace, run: str) -> dict:
+    path = live.work / "state" / "runs" / f"{run}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _check_polyaxon_run(miles: SimpleNamespace, run: str, eval_final: float) -> None:
+    """The run's Polyaxon run, read back through Polyaxon's API: SUCCEEDED, non-managed, its inputs, its logs, a
+    metric of each kind with the values the trainer printed (read from the Ray job's logs), its checkpoints."""
+    from miles_ray.adapters.polyaxon_api import PolyaxonApi
+    from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns
+    from miles_ray.core.metrics import parse_metrics
+
+    live = miles.live
+    rec = _record(live, run)
+    uuid = rec["polyaxon_run_uuid"]
+    assert (rec["polyaxon_project"], rec["polyaxon_host"]) == (live.px.project, live.px.host)
+    runs = TrackedRuns(PolyaxonApi(host=live.px.host), live.px.owner, live.px.project)
+    px = poll(f"Polyaxon run {uuid} of {run} to end", lambda: (r := runs.run(uuid))["status"] in (
+        "succeeded", "failed", "stopped") and r, 300, interval=2,
+        explain=lambda: json.dumps(runs.run(uuid))[-2000:] + "\n" + "\n".join(_supervisor_logs(live, run)))
+    assert px["status"] == "succeeded", px
+    assert px["is_managed"] is False and px["name"] == run
+    inputs = px["inputs"]
+    assert inputs["command"] == rec["entrypoint"] and "/mnt/miles/fake-miles/train.py" in inputs["command"]
+    assert (inputs["miles_commit"], inputs["model_revision"], inputs["dataset_revision"]) == ("abc123", "m1", "d1")
+    assert (inputs["recipe"], inputs["recipe_hash"], inputs["split"]) == (rec["recipe"], rec["recipe_hash"],
+                                                                          rec["split"])
+    logs = runs.logs(uuid)
+    assert any(line.startswith("STAND-IN train.py") for line in logs), logs[:5]
+    assert any(f"step {ROLLOUTS - 1}: " in line for line in logs), logs[-5:]
+    code, out, err = miles.mr("logs", run)
+    assert code == 0, err[-2000:]
+    want = parse_metrics(out)["metrics"]
+    assert want["eval/aime"]["value"] == eval_final
+    got = runs.metrics(uuid, list(KINDS.values()))
+    for kind, name in KINDS.items():
+        assert want[name]["kind"] == kind
+        assert len(got[name]) == want[name]["count"], (name, got[name])
+        assert got[name][-1] == (want[name]["id"], want[name]["value"]), (name, got[name][-1], want[name])
+    lineage = {a["name"]: a for a in runs.lineage(uuid)}
+    ckpt = lineage["checkpoints"]
+    assert ckpt["kind"] == "dir" and ckpt["is_input"] is False
+    assert ckpt["summary"]["checkpoint_dir"] == rec["checkpoint_dir"]
+    assert ckpt["summary"]["latest_iteration"] == str(ROLLOUTS)
+    on_claim = live.px.data / Path(rec["checkpoint_dir"]).relative_to("/mnt/miles")
+    assert (on_claim / "latest_checkpointed_iteration.txt").read_text() == str(ROLLOUTS)
+
+
+def _supervisor_logs(live: SimpleNamespace, run: str) -> list[str]:
+    out = []
+    for p in live.core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=run-supervisor").items:
+        try:
+            out.append(live.core.read_namespaced_pod_log(p.metadata.name, NS)[-3000:])
+        except Exception as e:  # noqa: BLE001 -- a diagnostic only
+            out.append(f"{p.metadata.name}: {e}")
+    return out
+
+
+def test_a_direct_run_is_a_polyaxon_run_kept_current_from_its_supervisor_pod(miles: SimpleNamespace) -> None:
+    """``submit --mode direct`` of the FAKE trainer: its supervisor is a Job in Polyaxon's sidecar image, reporting
+    to Polyaxon's API at polyaxon_host_in_cluster (the up's record of it)."""
+    t = time.monotonic()
+    sub = _json(miles.mr(*_direct_args("px-direct-a", "0.3")))
+    assert sub["created"] is True, sub
+    _check_polyaxon_run(miles, "px-direct-a", 0.3)
+    miles.live.rp.figures["px_direct_run_to_polyaxon_succeeded_s"] = round(time.monotonic() - t, 1)
+    from kubernetes import client
+
+    [job] = [j for j in client.BatchV1Api(miles.live.api).list_namespaced_job(NS).items
+             if j.metadata.name == "px-direct-a-supervisor"]
+    assert job.spec.template.spec.containers[0].image == f"polyaxon/polyaxon-sidecar:{POLYAXON_VERSION}"
+
+
+def test_the_same_after_the_submitting_terminal_was_killed_right_after_submit(miles: SimpleNamespace) -> None:
+    """The submitting CLI is SIGKILLed as soon as its run is recorded with its supervisor started: the supervisor
+    pod carries the run and its Polyaxon run to the end without it."""
+    proc = subprocess.Popen([sys.executable, "-m", "miles_ray", *_direct_args("px-direct-b", "0.45"), "--follow"],
+                            env=miles.env, cwd=miles.live.work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        poll("the run recorded with its supervisor started", lambda: proc.poll() is None and bool(
+            _record(miles.live, "px-direct-b").get("supervisor", {}).get("where")) or proc.poll() is not None, 300,
+            interval=0.2)
+        assert proc.poll() is None, f"submit ended (exit {proc.returncode}) before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    _check_polyaxon_run(miles, "px-direct-b", 0.45)
 
 
 def test_scale_1_then_2(live: SimpleNamespace) -> None:

@@ -196,7 +196,8 @@ class PolyaxonBackend:
         kc.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": raycluster, "namespace": cfg.namespace,
                              "context": cfg.kube_context, "polyaxon_uuid": uuid,
                              "polyaxon_project": cfg.polyaxon_project, "polyaxon_owner": cfg.polyaxon_owner,
-                             "polyaxon_host": client.host},
+                             "polyaxon_host": client.host,
+                             "polyaxon_host_in_cluster": cfg.polyaxon_host_in_cluster or client.host},
                        ray_token_secret(cfg))
         result.update(created=True, polyaxon_uuid=uuid, raycluster=raycluster)
         say(progress, f"created Polyaxon operation {uuid} in {cfg.polyaxon_owner}/{cfg.polyaxon_project}")

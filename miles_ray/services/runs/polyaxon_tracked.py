@@ -40,11 +40,13 @@ from miles_ray.services.runs.supervised import supervisor_kinds
 
 @dataclass(frozen=True)
 class PolyaxonHome:
-    """Where a Polyaxon-made cluster's runs go: its Polyaxon host, owner and project."""
+    """Where a Polyaxon-made cluster's runs go: its Polyaxon host, owner and project; ``host_in_cluster``: the same
+    API as the cluster's pods reach it (where a supervisor pod reports), default ``host``."""
 
     host: str
     owner: str
     project: str
+    host_in_cluster: str | None = None
 
     def runs(self) -> TrackedRuns:
         return TrackedRuns(PolyaxonApi(host=self.host), self.owner, self.project)
@@ -75,8 +77,9 @@ def polyaxon_home(cfg: MilesRayConfig, address: str) -> PolyaxonHome | None:
         raise ConfigError(f"the cluster at {address} was made through Polyaxon (project "
                           f"{rec.get('polyaxon_owner') or 'default'}/{rec['polyaxon_project']}) but its record does "
                           "not say on which Polyaxon host", hint="set polyaxon_host in miles-ray.yaml or POLYAXON_HOST")
+    in_cluster = rec.get("polyaxon_host_in_cluster") or cfg.polyaxon_host_in_cluster
     return PolyaxonHome(host=str(host), owner=rec.get("polyaxon_owner") or "default",
-                        project=str(rec["polyaxon_project"]))
+                        project=str(rec["polyaxon_project"]), host_in_cluster=str(in_cluster) if in_cluster else None)
 
 
 def tracked_kind(job: SubmitJob) -> bool:
@@ -128,7 +131,9 @@ def track(job: SubmitJob, home: PolyaxonHome, progress: Progress = None) -> Subm
     supervision = dict(job.supervision or {"kind": supervisor_kind(rec["backend"], job.address), "max_restarts": 0,
                                            "checkpoint_dir": rec.get("checkpoint_dir")})
     record["supervisor"] = rec.get("supervisor") or {"kind": supervision["kind"], "max_restarts": 0}
-    supervision["polyaxon"] = reporter_section(record, image=sidecar_image())
+    pod = supervision["kind"] == "kubernetes"  # the supervisor runs in a pod: the API as pods reach it
+    supervision["polyaxon"] = reporter_section(record, image=sidecar_image(),
+                                               host=home.host_in_cluster if pod else None)
     return replace(job, record=record, supervision=supervision)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Protocol
 
 from miles_ray.adapters import ray_auth, ray_jobs, state
@@ -112,6 +113,14 @@ class SupervisedRun:
         token_file = local_token_path(self.url)
         if token_file is None and ray_auth.token_for(self.url):
             token_file = handle.token_file(ray_auth.token_for(self.url) or "")
+        # the supervisor submits through the Jobs API alone: a local working_dir (a rehearsal's launchers) goes
+        # to the head first, as Ray's SDK would upload it
+        job = replace(job, runtime_env=ray_jobs.upload_working_dir(self.url, job.runtime_env, job.submission_id))
+        resume = (job.supervision or {}).get("resume_job")
+        if resume and (resume.get("runtime_env") or {}).get("working_dir"):
+            resume = {**resume, "runtime_env": ray_jobs.upload_working_dir(self.url, resume["runtime_env"],
+                                                                           job.submission_id)}
+            job = replace(job, supervision={**(job.supervision or {}), "resume_job": resume})
         record = {**job.record, "attempts": []}
         state.create_record(record) if job.existing is None else state.save_record(record)
         try:

@@ -69,14 +69,16 @@ class KubeSupervisor:
 
     def start(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Create the supervisor's ConfigMap and Job (both, or neither) for ``spec``, rewritten for the pod
-        (:func:`in_cluster_spec`); returns ``where``."""
+        (:func:`in_cluster_spec`); returns ``where``. A run with a Polyaxon run of its own (the spec's ``polyaxon``
+        section) is supervised in the image that section names (its reporter needs polyaxon)."""
         rc = RayClusters(self.api).get(self.namespace, self.cluster)
         if rc is None:
             raise NotFound(f"RayCluster {self.namespace}/{self.cluster} does not exist: no supervisor can be started "
                            "for it", hint="'miles-ray up --via kuberay' creates it")
         program = program_files()
         configmap = sj.build_configmap(rc, self.run, program, in_cluster_spec(spec, rc))
-        job = supervisors.create(self.api, configmap, sj.build_job(rc, self.run, program))
+        job = supervisors.create(self.api, configmap, sj.build_job(rc, self.run, program,
+                                                                      image=(spec.get("polyaxon") or {}).get("image")))
         self.where.update(job=job["metadata"]["name"], uid=job["metadata"]["uid"])
         return dict(self.where)
 
