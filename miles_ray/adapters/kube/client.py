@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from miles_ray.core.errors import ClusterError, ConfigError, Unreachable, from_http_status
 
@@ -77,3 +78,10 @@ def api_error(e: BaseException, action: str) -> ClusterError:
 def http_status(e: BaseException) -> int | None:
     """The HTTP status of a failed call (``ApiException.status``), None when the API did not answer."""
     return getattr(e, "status", None)
+
+
+def pod_log(core: Any, name: str, namespace: str, **kwargs: Any) -> str:
+    """A pod's log as text (``kwargs``: container, previous, ...), read as the raw body: the client's own decoding
+    turns a log into the repr of its bytes. API errors are raised as the client raises them."""
+    return core.read_namespaced_pod_log(name, namespace, _preload_content=False, **kwargs).data.decode(
+        "utf-8", "replace")

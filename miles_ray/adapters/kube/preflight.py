@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from miles_ray.adapters.kube.client import api_error, http_status
+from miles_ray.adapters.kube.client import api_error, http_status, pod_log
 from miles_ray.adapters.kube.pods import waiting_is_fatal
 
 
@@ -99,8 +99,7 @@ def run_pod_once(api_client, pod: dict[str, Any], timeout: float, on_wait: Calla
                 return f"TimedOut after {timeout:.0f}s ({last})", ""
             time.sleep(poll)
         try:
-            # the raw bytes: the client's own decoding of a log turns it into the repr of bytes
-            log = core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode("utf-8", "replace")
+            log = pod_log(core, name, namespace)
         except Exception as e:  # noqa: BLE001
             raise api_error(e, f"read the log of pod {namespace}/{name}") from None
         return phase, log

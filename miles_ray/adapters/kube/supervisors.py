@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from miles_ray.adapters.kube.client import api_error, http_status
+from miles_ray.adapters.kube.client import api_error, http_status, pod_log
 from miles_ray.core import supervisor_job as sj
 from miles_ray.core.errors import ClusterError, Conflict, TimedOut
 from miles_ray.core.supervision import parse_events
@@ -81,10 +81,7 @@ def _container_logs(core, namespace: str, pod: Any) -> Iterator[str]:
     runs = ([True] if status is not None and (status.restart_count or 0) > 0 else []) + [False]
     for previous in runs:
         try:
-            # the raw body: the client's own decoding turns a log into the repr of its bytes
-            resp = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=sj.CONTAINER,
-                                                previous=previous, _preload_content=False)
-            yield resp.data.decode("utf-8", "replace")
+            yield pod_log(core, pod.metadata.name, namespace, container=sj.CONTAINER, previous=previous)
         except Exception as e:  # noqa: BLE001
             if http_status(e) in (400, 404):  # not started yet, or the previous run is gone
                 continue
