@@ -12,8 +12,9 @@ in Ray again and submits the next attempt, which loads the run's last complete c
 It says what it does on stdout, one event a line (``MILES_RAY_SUPERVISOR {json}``): ``supervisor_started``,
 ``attempt_started`` (attempt, submission_id, started, resumed_from, resumed_iteration, adopted),
 ``waiting_for_workers`` (have, want, deadline), ``attempt_ended`` (attempt, submission_id, status, ended, reason,
-last_step, retry, why), ``finished`` (status SUCCEEDED | FAILED | STOPPED, reason, attempts). Exit 0 when the run
-SUCCEEDED, 1 when it FAILED or was STOPPED, 2 for a spec it cannot use.
+last_step, retry, why), ``finished`` (status SUCCEEDED | FAILED | STOPPED, reason, attempts). Exit 0 once the run's
+end is decided (SUCCEEDED, FAILED or STOPPED: the ``finished`` event says which), 1 when the supervisor itself could
+not work (the head did not answer it, or refused it: its pod is then restarted), 2 for a spec it cannot use.
 
 It survives its own restart: on start it lists the run's jobs on the head and ADOPTS an attempt that is PENDING
 or RUNNING instead of submitting; before every submission it lists them again (never two drivers of one run). A
@@ -281,7 +282,7 @@ class Supervisor:
         self.emit("supervisor_started", run=spec.run, pid=os.getpid(), at=now_iso(), max_restarts=spec.max_restarts)
         jobs = self.patiently("the run's jobs", self.run_jobs)
         if jobs is None:
-            return self.finish("FAILED", f"the Ray head at {spec.head_url} did not answer")
+            return self.finish("FAILED", f"the Ray head at {spec.head_url} did not answer", broken=True)
         if jobs:
             n = max(jobs)
             for earlier in sorted(jobs):  # what earlier attempts trained (the no-progress rule compares)
@@ -327,9 +328,13 @@ class Supervisor:
                 return code
             n = self.attempts_started
 
-    def finish(self, status: str, reason: str) -> int:
+    def finish(self, status: str, reason: str, broken: bool = False) -> int:
+        """The ``finished`` event, and the program's exit code: 0 once the run's end is decided, whatever it is (a
+        container restarted in place would only say it again, and a restart keeps one earlier log: the first
+        attempts' events would be lost); 1 when the supervisor itself could not work (``broken``: the head did not
+        answer it or refused it), so that its pod is restarted and tries again."""
         self.emit("finished", status=status, reason=reason, at=now_iso(), attempts=self.attempts_started)
-        return 0 if status == "SUCCEEDED" else 1
+        return 1 if broken else 0
 
     def started(self, n: int, sid: str, *, adopted: bool, started: str) -> None:
         self.attempts_started = n
@@ -344,7 +349,8 @@ class Supervisor:
         spec = self.spec
         jobs = self.patiently("the run's jobs", self.run_jobs)
         if jobs is None:
-            return self.finish("FAILED", f"the Ray head at {spec.head_url} did not answer before attempt {n}")
+            return self.finish("FAILED", f"the Ray head at {spec.head_url} did not answer before attempt {n}",
+                               broken=True)
         stopped = sorted(k for k, j in jobs.items() if j.get("status") == "STOPPED")
         if stopped:
             return self.finish("STOPPED", f"attempt {stopped[0]} was stopped: a stopped run is never started again")
@@ -365,7 +371,7 @@ class Supervisor:
         try:
             created, said = self.api.submit(sid, body)
         except Unreachable as e:
-            return self.finish("FAILED", f"submitting attempt {n} ({sid}): the head did not answer ({e})")
+            return self.finish("FAILED", f"submitting attempt {n} ({sid}): the head did not answer ({e})", broken=True)
         if not created and self.patiently("the job", lambda: self.api.job(sid)) is None:
             return self.finish("FAILED", f"Ray refused attempt {n} ({sid}): {said}")
         self.attempt_head[n] = head.get("node_id")
@@ -455,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return sup.main()
     except Refused as e:
-        return sup.finish("FAILED", f"the Ray head at {spec.head_url} refused the supervisor: {e}")
+        return sup.finish("FAILED", f"the Ray head at {spec.head_url} refused the supervisor: {e}", broken=True)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ COMPONENT = "run-supervisor"
 REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 LIMITS = {"cpu": "500m", "memory": "256Mi"}
 # The program adopts the attempt it finds running after its own restart, so a crashed supervisor container is
-# restarted in place (restartPolicy OnFailure) a few times; beyond that the Job fails and says so.
+# restarted in place (restartPolicy OnFailure) a few times; beyond that the Job fails and says so. It exits 0 once
+# the run's end is decided (a FAILED run included: a restart would only say it again and cost the earlier log).
 BACKOFF_LIMIT = 4
 NAME_MAX = 63
 DASHBOARD_PORT = 8265

@@ -1,5 +1,5 @@
 """GCS fault tolerance (``--gcs-ft``) against the real kube-apiserver and the real KubeRay operator (kwok nodes: no
-container runs, so whether a Redis answers is the real-pod tier's, tests/realpods/test_gcs_ft.py):
+container runs, so whether a Redis answers is the real-pod tier's, tests/realpods/test_supervised_runs.py):
 
 * the RayCluster ``render -F kuberay --gcs-ft ...`` prints is stored by the API server as rendered (nothing pruned)
   and KubeRay reconciles it as GCS fault tolerant (its Redis cleanup finalizer, the head's ``ray.io/ft-enabled``

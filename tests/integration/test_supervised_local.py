@@ -219,6 +219,31 @@ def test_a_supervisor_killed_and_started_again_adopts_the_running_attempt(world,
     assert steps == list(range(TARGET))
 
 
+def test_a_failed_attempt_is_not_the_runs_end_until_its_supervisor_decides(world, cli):
+    """The supervisor paused (SIGSTOP, injected by the test) while attempt 1 trains; the trainer crashes: Ray says the
+    attempt's job FAILED, yet ``status`` says PENDING (its supervisor has not decided), never FAILED; resumed
+    (SIGCONT), the supervisor retries and the run SUCCEEDS."""
+    run = "sup-undecided"
+    code, out, err = cli(*submit_args(world, run, env={"MILESRAY_TEST_CRASH_AT_STEP": "4",
+                                                      "MILESRAY_TEST_STEP_SECONDS": "0.6"}))
+    assert code == 0, err
+    poll("attempt 1 to start", lambda: run_jobs(world, run), 120)
+    pid = state.load_record(run)["supervisor"]["where"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        poll("attempt 1's job to fail", lambda: [j for j in run_jobs(world, run) if j["status"] == "FAILED"], 180)
+        seen = status(cli, run)
+        assert seen["status"] == "PENDING" and "deciding whether to retry" in seen["message"], seen
+        assert seen["supervisor"]["alive"] is True and not seen["supervisor"]["finished"], seen
+        code, out, _ = cli("runs", "-o", "json")
+        [row] = [r for r in json.loads(out) if r["run"] == run]
+        assert row["status"] == "PENDING", row
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    info = finished(cli, run)
+    assert info["status"] == "SUCCEEDED" and len(info["attempts"]) == 2, info
+
+
 @pytest.mark.parametrize("token, said", [(None, "HTTP 401 (no token"), ("0" * 64, "HTTP 403 (a wrong token")])
 def test_the_supervisor_fails_at_once_when_the_head_refuses_its_token(env, tmp_path, token, said):
     """The shipped program against the session's real head (token auth): no token, or a wrong one -> its finished

@@ -14,7 +14,10 @@ at the pinned version, under the names the converter uses). Shown, in this order
 3. the users' smoke sequence on it: check-data (missing paths named on every node, then all there), comm-check
    across the two worker pods, the rehearsal followed to SUCCEEDED, scale 1 -> 2, a worker pod deleted and
    replaced (Ray has both workers again), park (the Polyaxon run stopped, its pods gone) / resume (a new run
-   from the same operation, both workers ALIVE in Ray again), down (run deleted, pods gone, claims kept).
+   from the same operation, both workers ALIVE in Ray again), down (run deleted, pods gone, claims kept);
+4. (between the rehearsal and scale) two direct-mode runs side by side, each a Polyaxon run kept current by its
+   supervisor pod (one's submitting CLI killed right after submit): status, inputs, logs, metrics, checkpoint
+   lineage read back through Polyaxon's API, and ``runs compare`` agreeing with Polyaxon's metrics.
 
 What is FAKE here, and why: mloperator's Cluster -> RayCluster step (tests/fakes/mloperator_standin.py: the
 registry refuses its Go module; what it assumes is in its docstring), the GPUs (``nvidia.com/gpu`` in the node
@@ -63,10 +66,31 @@ def px(real_pods: RealPods, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     try:
         yield p
     finally:
-        p.stop()
-        real_pods.figures["px_module_s"] = round(time.monotonic() - t, 1)
+        try:
+            _remove_what_is_left(real_pods)
+        finally:
+            p.stop()
+            real_pods.figures["px_module_s"] = round(time.monotonic() - t, 1)
         for k, v in p.figures.items():
             real_pods.figures[f"px_{k}"] = v
+
+
+def _remove_what_is_left(real_pods: RealPods) -> None:
+    """What a failed test left in the namespace (the agent's Cluster, the RayCluster, the runs' supervisor Jobs) is
+    deleted and its pods awaited, so the next module finds the nodes' GPUs free."""
+    from kubernetes import client
+
+    api = real_pods.api_client()
+    crd, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    for group, plural in (("polyaxon.com", "clusters"), ("ray.io", "rayclusters")):
+        for obj in crd.list_namespaced_custom_object(group, "v1", NS, plural)["items"]:
+            crd.delete_namespaced_custom_object(group, "v1", NS, plural, obj["metadata"]["name"])
+    batch = client.BatchV1Api(api)
+    for job in batch.list_namespaced_job(NS).items:
+        batch.delete_namespaced_job(job.metadata.name, NS, propagation_policy="Background")
+    poll("the clusters' and the supervisors' pods to be gone", lambda: not core.list_namespaced_pod(
+        NS, label_selector="ray.io/cluster").items and not core.list_namespaced_pod(
+        NS, label_selector="app.kubernetes.io/component=run-supervisor").items, 240)
 
 
 @pytest.fixture(scope="module")
@@ -394,24 +418,14 @@ def _supervisor_logs(live: SimpleNamespace, run: str) -> list[str]:
     return out
 
 
-def test_a_direct_run_is_a_polyaxon_run_kept_current_from_its_supervisor_pod(miles: SimpleNamespace) -> None:
-    """``submit --mode direct`` of the FAKE trainer: its supervisor is a Job in Polyaxon's sidecar image, reporting
-    to Polyaxon's API at polyaxon_host_in_cluster (the up's record of it)."""
+def test_direct_runs_are_polyaxon_runs_kept_current_from_their_supervisor_pods(miles: SimpleNamespace) -> None:
+    """Two ``submit --mode direct`` runs of the FAKE trainer, side by side: each one's supervisor is a Job in
+    Polyaxon's sidecar image, reporting to Polyaxon's API at polyaxon_host_in_cluster (the up's record of it). The
+    second's submitting CLI is SIGKILLed as soon as its run is recorded with its supervisor started: its supervisor
+    pod carries the run and its Polyaxon run to the end without it."""
     t = time.monotonic()
     sub = _json(miles.mr(*_direct_args("px-direct-a", "0.3")))
     assert sub["created"] is True, sub
-    _check_polyaxon_run(miles, "px-direct-a", 0.3)
-    miles.live.rp.figures["px_direct_run_to_polyaxon_succeeded_s"] = round(time.monotonic() - t, 1)
-    from kubernetes import client
-
-    [job] = [j for j in client.BatchV1Api(miles.live.api).list_namespaced_job(NS).items
-             if j.metadata.name == "px-direct-a-supervisor"]
-    assert job.spec.template.spec.containers[0].image == f"polyaxon/polyaxon-sidecar:{POLYAXON_VERSION}"
-
-
-def test_the_same_after_the_submitting_terminal_was_killed_right_after_submit(miles: SimpleNamespace) -> None:
-    """The submitting CLI is SIGKILLed as soon as its run is recorded with its supervisor started: the supervisor
-    pod carries the run and its Polyaxon run to the end without it."""
     proc = subprocess.Popen([sys.executable, "-m", "miles_ray", *_direct_args("px-direct-b", "0.45"), "--follow"],
                             env=miles.env, cwd=miles.live.work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -423,7 +437,27 @@ def test_the_same_after_the_submitting_terminal_was_killed_right_after_submit(mi
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    _check_polyaxon_run(miles, "px-direct-a", 0.3)
+    miles.live.rp.figures["px_direct_run_to_polyaxon_succeeded_s"] = round(time.monotonic() - t, 1)
     _check_polyaxon_run(miles, "px-direct-b", 0.45)
+    from kubernetes import client
+
+    jobs = {j.metadata.name: j for j in client.BatchV1Api(miles.live.api).list_namespaced_job(NS).items}
+    for run in ("px-direct-a", "px-direct-b"):
+        image = jobs[f"{run}-supervisor"].spec.template.spec.containers[0].image
+        assert image == f"polyaxon/polyaxon-sidecar:{POLYAXON_VERSION}", (run, image)
+    # miles-ray's comparison and Polyaxon's metrics agree on the final values
+    from miles_ray.adapters.polyaxon_api import PolyaxonApi
+    from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns
+
+    rows = {m["metric"]: m for m in _json(miles.mr("runs", "compare", "px-direct-a", "px-direct-b", "-o", "json"))[
+        "metrics"]}
+    assert (rows["eval/aime"]["a"], rows["eval/aime"]["b"]) == (0.3, 0.45), rows["eval/aime"]
+    runs = TrackedRuns(PolyaxonApi(host=miles.live.px.host), miles.live.px.owner, miles.live.px.project)
+    for side, run in (("a", "px-direct-a"), ("b", "px-direct-b")):
+        got = runs.metrics(_record(miles.live, run)["polyaxon_run_uuid"], sorted(rows))
+        for name, row in rows.items():
+            assert got[name][-1] == (row[f"{side}_at"], row[side]), (run, name, got[name][-1], row)
 
 
 def test_scale_1_then_2(live: SimpleNamespace) -> None:
@@ -475,9 +509,13 @@ def test_park_then_resume_brings_both_workers_back_into_ray(live: SimpleNamespac
 def test_down_deletes_the_run_and_its_pods_and_keeps_the_claims(live: SimpleNamespace) -> None:
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
 
+    t = time.monotonic()
     res = _json(live.mr("down", "-y", "--backend", "kubernetes", "-o", "json"))
+    live.rp.figures["px_down_s"] = round(time.monotonic() - t, 1)
     assert res["polyaxon_deleted"] == live.uuid
-    poll("the pods to be gone", lambda: not _pods(live, live.raycluster), 180)
+    # down waited for them (120 s at most: then it says how many were left)
+    assert not res.get("pods_remaining"), res
+    poll("the pods to be gone", lambda: not env_pods_all(live, live.raycluster), 60)
     assert not live.crd.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"]
     runs = PolyaxonApi(host=live.px.host).runs_named(live.px.owner, live.px.project, NAME)
     assert live.uuid not in {r["uuid"] for r in runs if not r.get("deleting")}

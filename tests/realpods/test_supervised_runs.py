@@ -2,11 +2,15 @@
 run's supervisor as a Kubernetes Job beside the RayCluster (miles_ray/core/supervisor_job.py), which carries the run
 through a lost worker pod, resuming from the run's last complete checkpoint.
 
-One cluster for the module (``up --via kuberay --nodes 2 --gcs-ft`` with a real Redis, in its own namespace
-enforcing the restricted Pod Security Standard), downed at the end. Scenarios: a worker pod lost (resumed from the
-last checkpoint, figures), the head pod lost (GCS fault tolerance: the workers' containers are not restarted;
-the driver, which ran on the head, is resubmitted), the submitting CLI killed, a bad flag, stop while the
-supervisor waits for workers, the restart budget spent.
+One namespace with a real Redis (Debian's redis-server in a pod image built like the Ray image, its password in a
+Secret: tests/infra/redis_pod.py). First, with no cluster yet, ``up --gcs-ft`` refuses a Redis that does not answer
+from the cluster (the preflight's probe pod) and a missing password Secret, creating nothing. Then one cluster for
+the module (``up --via kuberay --nodes 2 --gcs-ft`` with that Redis; KubeRay took the options, doctor sees them; the
+namespace then enforces the restricted Pod Security Standard), downed at the end (KubeRay's cleanup empties the
+Redis). Scenarios: a worker pod lost (resumed from the last checkpoint, figures), the head pod lost (GCS fault
+tolerance: the workers' containers are not restarted; a driver on a worker keeps running through it; the run's
+driver, which ran on the head, is resubmitted), the submitting CLI killed, a bad flag, stop while the supervisor
+waits for workers, the restart budget spent.
 
 What is fake here, and why: the GPUs (no GPU on this machine) and Miles's ``train.py``: the FAKE checkpointing
 trainer tests/fakes/fake_ckpt_train.py (steps of about a second on actors on both GPU workers, a checkpoint every K
@@ -16,6 +20,7 @@ training needs GPUs and Miles' image.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -48,15 +53,32 @@ STEP_SECONDS = 1
 STEP_LINE = re.compile(r"\] actor\.py:\d+ - step (\d+): ")
 BAD_FLAG = "--bogus-flag"
 
+# a driver that ticks each second until the file {stop} exists (at most 10 min), then runs a Ray task: Ray usable
+SIDE_DRIVER = """
+import os, time, ray
+ray.init()
+print("DRIVER_STARTED", flush=True)
+start, i = time.time(), 0
+while not os.path.exists({stop!r}) and time.time() - start < 600:
+    print("TICK", i, flush=True)
+    i += 1
+    time.sleep(1)
+@ray.remote(num_cpus=0.1)
+def where():
+    return ray.get_runtime_context().get_node_id()
+print("TASK_RAN_ON", ray.get(where.remote(), timeout=120), flush=True)
+"""
 
-def bring_up(real_pods: RealPods, work: Path) -> SimpleNamespace:
-    """Namespace miles-sup, claim miles-data with the FAKE trainer as miles_root/train.py, a real Redis
-    (tests/infra/redis_pod.py) and ``up --via kuberay --nodes 2 --gcs-ft`` with it; then the namespace enforces the
-    restricted Pod Security Standard (every supervisor pod is admitted under it); ``.mr(*args)`` runs miles-ray against it, ``.down()`` deletes it all."""
+
+def prepare(real_pods: RealPods, work: Path) -> SimpleNamespace:
+    """Namespace miles-sup, claim miles-data with the FAKE trainer as miles_root/train.py and a real Redis with its
+    password Secret (tests/infra/redis_pod.py); ``.mr(*args)`` runs miles-ray against it, ``.teardown()`` removes
+    whatever is left in the namespace (a RayCluster included: the next module needs the GPUs) and the namespace."""
     from kubernetes import client
 
     api = real_pods.api_client()
     core = client.CoreV1Api(api)
+    crd = client.CustomObjectsApi(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
     poll(f"ServiceAccount {NS}/default",
          lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account(NS).items), 60)
@@ -83,37 +105,165 @@ def bring_up(real_pods: RealPods, work: Path) -> SimpleNamespace:
         return proc.returncode, proc.stdout, proc.stderr
 
     redis = start_redis(real_pods, NS)
+    real_pods.figures["gcs_ft_redis_up_s"] = redis.started_s
+    ns = SimpleNamespace(api=api, core=core, crd=crd, volume=volume, work=work, env=run_env, mr=mr, redis=redis)
+
+    def teardown() -> None:
+        try:
+            for rc in _rayclusters(ns):  # left by a failed test or down: deleted while the Redis still answers
+                crd.delete_namespaced_custom_object("ray.io", "v1", NS, "rayclusters", rc["metadata"]["name"])
+            poll("the RayCluster to be gone", lambda: not _rayclusters(ns), 420, interval=2,
+                 explain=lambda: _cleanup_state(ns))
+        finally:
+            redis.stop()
+            poll("every pod of the namespace to be gone", lambda: not core.list_namespaced_pod(NS).items, 180)
+            core.delete_namespace(NS)
+
+    ns.teardown = teardown
+    return ns
+
+
+def up_gcs_ft(ns: SimpleNamespace) -> None:
+    """``up --via kuberay --nodes 2 --gcs-ft`` with the Redis; then the namespace enforces the restricted Pod Security
+    Standard (every supervisor pod is admitted under it). Sets ``.up`` (its JSON) and ``.up_s``."""
+    t = time.monotonic()
+    code, out, err = ns.mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json",
+                           "--gcs-ft", ns.redis.address, "--gcs-ft-password-secret", ns.redis.secret)
+    assert code == 0, err[-4000:]
+    ns.up, ns.up_s = json.loads(out), round(time.monotonic() - t, 1)
+    ns.core.patch_namespace(NS, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted",
+                                                        "pod-security.kubernetes.io/enforce-version": "latest"}}})
+
+
+def down_gcs_ft(ns: SimpleNamespace) -> float:
+    """``down``, then the RayCluster gone (KubeRay's GCS fault tolerance finalizer first empties the Redis through a
+    cleanup Job that needs it; ``down`` waits 120 s for that, a loaded machine may need longer). Seconds taken."""
+    t = time.monotonic()
+    code, out, err = ns.mr("down", "-y", "--backend", "kubernetes", "-o", "json", timeout=600)
+    assert code == 0 and json.loads(out)["deleted"] is True, err[-3000:]
+    poll("the RayCluster and its pods (the Redis cleanup Job's too) to be gone",
+         lambda: not _rayclusters(ns) and not ns.core.list_namespaced_pod(
+             NS, label_selector=f"ray.io/cluster={NAME}").items, 420, interval=2, explain=lambda: _cleanup_state(ns))
+    return round(time.monotonic() - t, 1)
+
+
+def bring_up(real_pods: RealPods, work: Path) -> SimpleNamespace:
+    """:func:`prepare` and :func:`up_gcs_ft`; ``.down()`` deletes it all (benchmarks/bench_supervised.py)."""
+    ns = prepare(real_pods, work)
+    try:
+        up_gcs_ft(ns)
+    except BaseException:
+        ns.teardown()
+        raise
 
     def down() -> None:
-        code, _, err = mr("down", "-y", "--backend", "kubernetes", "-o", "json", timeout=600)
-        assert code == 0, err[-3000:]
-        crd = client.CustomObjectsApi(api)
-        # KubeRay's GCS fault tolerance finalizer empties the Redis (a Job that needs it) before the RayCluster goes
-        poll("the RayCluster to be gone", lambda: not crd.list_namespaced_custom_object(
-            "ray.io", "v1", NS, "rayclusters")["items"], 420, interval=2)
-        redis.stop()
-        poll("every pod of the namespace to be gone", lambda: not core.list_namespaced_pod(NS).items, 180)
-        core.delete_namespace(NS)
+        try:
+            down_gcs_ft(ns)
+        finally:
+            ns.teardown()
 
-    t = time.monotonic()
-    code, _, err = mr("up", "--via", "kuberay", "--nodes", "2", "--timeout", "600", "-o", "json",
-                      "--gcs-ft", redis.address, "--gcs-ft-password-secret", redis.secret)
-    assert code == 0, err[-4000:]
-    core.patch_namespace(NS, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted",
-                                                     "pod-security.kubernetes.io/enforce-version": "latest"}}})
-    return SimpleNamespace(api=api, core=core, crd=client.CustomObjectsApi(api), volume=volume, work=work,
-                           env=run_env, mr=mr, down=down, up_s=round(time.monotonic() - t, 1))
+    ns.down = down
+    return ns
+
+
+def _rayclusters(ns: SimpleNamespace) -> list[dict]:
+    return ns.crd.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"]
+
+
+def _cleanup_state(ns: SimpleNamespace) -> str:
+    """What KubeRay's Redis cleanup is doing: the RayCluster's finalizers, the cleanup Job's pods and their logs."""
+    from miles_ray.adapters.kube.client import pod_log
+
+    lines = [f"RayCluster finalizers: {[rc['metadata'].get('finalizers') for rc in _rayclusters(ns)]}"]
+    for p in ns.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items:
+        states = [(c.name, c.state.to_dict()) for c in p.status.container_statuses or []]
+        lines.append(f"pod {p.metadata.name}: {p.status.phase} {states}"[:1500])
+        try:
+            lines.append(pod_log(ns.core, p.metadata.name, NS, tail_lines=30))
+        except Exception as e:  # noqa: BLE001 -- diagnosis only
+            lines.append(f"(no log: {e})"[:300])
+    return "\n".join(lines)
 
 
 @pytest.fixture(scope="module")
-def cluster(real_pods: RealPods, tmp_path_factory: pytest.TempPathFactory):
-    """The module's one cluster (:func:`bring_up`), downed at the end: the supervisor Jobs go with it."""
+def gcs(real_pods: RealPods, tmp_path_factory: pytest.TempPathFactory):
+    """The module's namespace and Redis (:func:`prepare`), before any cluster; torn down at the very end."""
     t = time.monotonic()
-    live = bring_up(real_pods, tmp_path_factory.mktemp("supervised"))
-    real_pods.figures["supervised_up_s"] = live.up_s
-    yield live
-    live.down()
-    real_pods.figures["supervised_module_s"] = round(time.monotonic() - t, 1)
+    ns = prepare(real_pods, tmp_path_factory.mktemp("supervised"))
+    try:
+        yield ns
+    finally:
+        ns.teardown()
+        real_pods.figures["supervised_module_s"] = round(time.monotonic() - t, 1)
+
+
+@pytest.fixture(scope="module")
+def cluster(gcs: SimpleNamespace, real_pods: RealPods):
+    """The module's one cluster (:func:`up_gcs_ft`), downed at the end: the supervisor Jobs go with it, and KubeRay's
+    cleanup leaves nothing of Ray's state in the Redis."""
+    up_gcs_ft(gcs)
+    real_pods.figures["supervised_up_s"] = gcs.up_s
+    yield gcs
+    real_pods.figures["gcs_ft_down_to_raycluster_gone_s"] = down_gcs_ft(gcs)
+    assert gcs.redis.keys() == 0, "KubeRay's cleanup left Ray's state in the Redis: " + _cleanup_state(gcs)
+
+
+# ---- GCS fault tolerance: bad input first (no cluster yet), then what KubeRay took -------------------------------
+
+def _probe_pods(ns: SimpleNamespace) -> list:
+    return ns.core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/name=miles-ray-redis-probe").items
+
+
+def _refused(ns: SimpleNamespace, name: str, *flags: str) -> str:
+    """``up --via kuberay`` of cluster ``name`` with ``flags``: exit 2, one error line (returned), nothing created."""
+    code, out, err = ns.mr("up", "--via", "kuberay", "--name", name, "--nodes", "2", "--timeout", "300", *flags)
+    assert code == 2, (code, out, err[-3000:])
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err[-3000:]
+    assert not [rc for rc in _rayclusters(ns) if rc["metadata"]["name"] == name]  # nothing created ...
+    assert not _probe_pods(ns)  # ... and the probe pod is gone
+    return errors[0]
+
+
+def test_up_refuses_a_redis_that_does_not_answer_and_creates_nothing(gcs: SimpleNamespace,
+                                                                     real_pods: RealPods) -> None:
+    """Refused by the preflight's probe pod (it runs in the namespace, from the cluster's side): a port nothing
+    listens on and a wrong password; a missing password Secret before any pod. One line, exit 2, nothing left."""
+    from kubernetes import client
+
+    no_secret = _refused(gcs, "nosecret", "--gcs-ft", gcs.redis.address, "--gcs-ft-password-secret", "absent")
+    assert f"Redis password Secret {NS}/absent does not exist" in no_secret, no_secret
+    t = time.monotonic()
+    silent = f"redis://{gcs.redis.host}:6380"  # the Redis's own name, a port nothing listens on
+    line = _refused(gcs, "silent", "--gcs-ft", silent, "--gcs-ft-password-secret", gcs.redis.secret)
+    real_pods.figures["gcs_ft_refused_no_answer_s"] = round(time.monotonic() - t, 1)
+    assert f"Redis {silent} does not answer from namespace {NS}" in line and "nothing was created" in line, line
+    gcs.core.create_namespaced_secret(NS, client.V1Secret(metadata=client.V1ObjectMeta(name="wrong-password"),
+                                                          string_data={"pw": "not-the-password"}))
+    line = _refused(gcs, "wrongpw", "--gcs-ft", gcs.redis.address, "--gcs-ft-password-secret", "wrong-password:pw")
+    assert "does not answer" in line and "AUTH answered" in line, line
+    assert "not-the-password" not in line
+
+
+def test_up_with_gcs_ft_gives_kuberay_the_options_and_doctor_sees_them(cluster: SimpleNamespace,
+                                                                       real_pods: RealPods) -> None:
+    up = cluster.up
+    assert up["status"]["ray"]["gpu_node_count"] == 2  # both GPU workers ALIVE in Ray
+    assert up["preflight"]["gcs_ft"].startswith(f"{cluster.redis.address} answered from namespace {NS}")
+    assert not _probe_pods(cluster)
+    [rc] = _rayclusters(cluster)
+    assert rc["spec"]["gcsFaultToleranceOptions"] == {
+        "redisAddress": f"{cluster.redis.host}:6379",
+        "redisPassword": {"valueFrom": {"secretKeyRef": {"name": cluster.redis.secret, "key": "password"}}}}
+    assert "ray.io/gcs-ft-redis-cleanup-finalizer" in rc["metadata"].get("finalizers", [])  # KubeRay took it
+    [head] = cluster.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items
+    assert head.metadata.annotations.get("ray.io/ft-enabled") == "true"
+    assert cluster.redis.password not in json.dumps(cluster.api.sanitize_for_serialization(head.spec))  # by reference
+    assert cluster.redis.keys() > 0  # Ray's GCS keeps its state in this Redis
+    code, out, err = cluster.mr("doctor", NAME, "--backend", "kubernetes", "-o", "json")
+    assert code in (0, 4), err[-3000:]
+    finding = next(f for f in json.loads(out)["findings"] if f["check"] == "gcs_ft")
+    assert finding["status"] == "ok" and f"{cluster.redis.host}:6379" in finding["summary"], finding
 
 
 def trainer_args(steps: int, extra_args: str = "") -> list[str]:
@@ -153,9 +303,9 @@ def _until_final(live: SimpleNamespace, run: str, timeout: float = 600) -> dict:
                 and st, timeout, interval=2, explain=lambda: json.dumps(_status(live, run))[-3000:])
 
 
-def _head_api(live: SimpleNamespace, path: str):
-    """The JSON (or text) the running head's dashboard answers ``GET path`` with, through a port-forward to the pod
-    with KubeRay's token: read here, not through any miles-ray verb. None while it does not answer."""
+def _head_api(live: SimpleNamespace, path: str, body: dict | None = None):
+    """The JSON the running head's dashboard answers ``GET path`` (``POST`` of ``body``) with, through a port-forward
+    to the pod with KubeRay's token: read here, not through any miles-ray verb. None while it does not answer."""
     import base64
     import urllib.request
 
@@ -168,7 +318,9 @@ def _head_api(live: SimpleNamespace, path: str):
     token = base64.b64decode(live.core.read_namespaced_secret(NAME, NS).data["auth_token"]).decode()
     try:
         with port_forward(live.api, NS, heads[0].metadata.name, 8265) as url:
-            req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
+            req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}",
+                                                              "Content-Type": "application/json"},
+                                         data=None if body is None else json.dumps(body).encode())
             with urllib.request.urlopen(req, timeout=10) as resp:
                 return json.loads(resp.read())
     except Exception:  # noqa: BLE001 -- a head that is starting or going away: not yet
@@ -347,7 +499,8 @@ def _set_workers(live: SimpleNamespace, n: int) -> None:
 
 def test_the_restart_budget_spent_fails_listing_every_attempt(cluster: SimpleNamespace) -> None:
     """--max-restarts 1 and a worker lost in each attempt: attempt 2 is the last; FAILED, both listed."""
-    first = _submit(cluster, "budget", restarts=1)
+    # 3 * TARGET steps: attempt 2 must still be training when its worker goes (it ends FAILED, not at the target)
+    first = _submit(cluster, "budget", steps=3 * TARGET, restarts=1)
     sid = first["submission_id"]
     poll("attempt 1 to train past its first checkpoint", lambda: len(_steps(_job_logs(cluster, sid))) > K + 1, 300)
     cluster.core.delete_namespaced_pod(_workers(cluster)[0].metadata.name, NS, grace_period_seconds=0)
@@ -363,6 +516,10 @@ def test_the_restart_budget_spent_fails_listing_every_attempt(cluster: SimpleNam
     assert all(a["reason"] and a["ended"] for a in st["attempts"]), st["attempts"]
     assert "budget" in json.dumps(st).lower(), st
     _never_two_drivers(_ray_jobs(cluster, "budget"))
+    # the supervisor exited 0 once the run's end was decided: its container was never restarted to say it again
+    # (a restart keeps one earlier log: attempt 1's events would have been lost)
+    [pod] = _supervisor_pods(cluster, "budget")
+    assert [c.restart_count for c in pod.status.container_statuses] == [0], pod.status.container_statuses
     poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
 
 
@@ -415,7 +572,29 @@ def test_the_head_pod_lost_with_gcs_ft_resumes_and_keeps_the_workers(cluster: Si
     """The head pod deleted (grace 0) mid-run on the GCS fault-tolerant cluster: the workers' Ray containers are
     not restarted; the job's driver (it ran on the head) is lost with it, and the supervisor (its pod reaches the
     new head by the head Service's name) starts attempt 2 from the last checkpoint: SUCCEEDED."""
+    # beside the run, a job whose driver runs on a worker (the head has num-cpus 0: entrypoint_num_cpus puts it
+    # there): with GCS fault tolerance it keeps running through the head's loss, with no restart
+    stop_file = cluster.volume / "side-driver.stop"
+    program = base64.b64encode(SIDE_DRIVER.format(stop=f"/mnt/miles/{stop_file.name}").encode()).decode()
+    side = _head_api(cluster, "/api/jobs/", {"submission_id": "side-driver-on-worker", "entrypoint_num_cpus": 0.5,
+                                             "entrypoint": f"python -c \"import base64; exec(base64.b64decode('{program}'))\""})
+    assert side is not None, "the head's Jobs API did not take the side job"
+    job = poll("the side job's driver to run on a worker", lambda: (j := _head_api(
+        cluster, "/api/jobs/side-driver-on-worker")) and j["status"] == "RUNNING" and j.get("driver_node_id") and j, 120)
+    rows = (_head_api(cluster, "/api/v0/nodes?limit=1000") or {}).get("data", {}).get("result", {}).get("result", [])
+    assert not next(n for n in rows if n["node_id"] == job["driver_node_id"])["is_head_node"], job
     got = head_loss(cluster, "headloss")
+    side_logs = _job_logs(cluster, "side-driver-on-worker")
+    side_now = _head_api(cluster, "/api/jobs/side-driver-on-worker") or {}
+    assert side_now.get("status") == "RUNNING", (side_now, side_logs[-2000:])  # it lived through the head's loss
+    stop_file.touch()
+    side_end = poll("the side job to end", lambda: (j := _head_api(cluster, "/api/jobs/side-driver-on-worker")) and j[
+        "status"] in ("SUCCEEDED", "FAILED", "STOPPED") and j, 180)
+    side_logs = _job_logs(cluster, "side-driver-on-worker")
+    assert side_end["status"] == "SUCCEEDED", (side_end, side_logs[-3000:])
+    ticks = [int(ln.split()[1]) for ln in side_logs.splitlines() if ln.startswith("TICK ")]
+    assert ticks == list(range(len(ticks))) and "DRIVER_STARTED" in side_logs and side_logs.count("DRIVER_STARTED") == 1
+    assert "TASK_RAN_ON " in side_logs  # Ray usable from that driver after the head's loss
     st = got["status"]
     real_pods.figures.update(got["figures"])
     assert st["status"] == "SUCCEEDED", json.dumps(st)[-3000:]

@@ -17,6 +17,7 @@ Outcome of one example, counted in ``Tally``:
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import os
@@ -45,6 +46,7 @@ class Tally:
     refused: int = 0
     unreachable: int = 0
     diagnosis: int = 0
+    not_found: int = 0
     bad_exit: int = 0
     traceback: int = 0
     examples: list[tuple[list[str], int, str]] = field(default_factory=list)
@@ -176,7 +178,21 @@ def names_dead_endpoint(line: str) -> bool:
     return any(e in line for e in DEAD_ENDPOINTS)
 
 
-def classify(code: int | None, out: str, err: str, exc: BaseException | None) -> str:
+NO_RUN = re.compile(r"""^error: no run named ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+
+
+def run_truly_absent(line: str, argv: list[str] | None) -> bool:
+    """``error: no run named 'X'`` (not found: exit 1, the exit-code table) is a true answer only when X is what the
+    command line asked for and the sandbox's state dir holds no record of it."""
+    m = NO_RUN.match(line)
+    if not m or argv is None:
+        return False
+    name = ast.literal_eval(m.group(1))  # the CLI quotes the name as Python's repr does
+    state = os.environ.get("MILES_RAY_STATE_DIR")
+    return name in argv and bool(state) and not any(f.name == f"{name}.json" for f in Path(state).rglob("*.json"))
+
+
+def classify(code: int | None, out: str, err: str, exc: BaseException | None, argv: list[str] | None = None) -> str:
     if exc is not None or "Traceback (most recent call last)" in out + err:
         return "traceback"
     if code == 0:
@@ -186,6 +202,8 @@ def classify(code: int | None, out: str, err: str, exc: BaseException | None) ->
         return "refused" if len(lines) == 1 else "bad_exit"
     if code == 1 and len(lines) == 1 and UNREACHABLE.search(lines[0]) and names_dead_endpoint(lines[0]):
         return "unreachable"
+    if code == 1 and len(lines) == 1 and run_truly_absent(lines[0], argv):
+        return "not_found"
     if code == 4 and len(lines) == 1 and re.search(r"^\d+ problem\(s\)", out, re.M):
         return "diagnosis"
     return "bad_exit"
@@ -270,7 +288,7 @@ def make_property(tally: Tally, max_examples: int, seed: int | None = None):
     def args_prop(argv: list[str]) -> None:
         full = safe_argv(argv, commands, os.environ["KUBECONFIG"])
         code, out, err, exc = run_cli(full)
-        tally.add(classify(code, out, err, exc), full, code if code is not None else -1, err or repr(exc))
+        tally.add(classify(code, out, err, exc, full), full, code if code is not None else -1, err or repr(exc))
 
     @_settings(max(1, max_examples // 4))
     @given(text=config_doc, cmd=st.sampled_from(["plan", "render"]))

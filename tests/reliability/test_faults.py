@@ -34,6 +34,7 @@ import pytest
 from miles_ray.adapters import ray_auth
 from tests.conftest import IMAGE
 from tests.infra.fixtures import ray_token_secret
+from tests.infra.haupt import grant_runs_rbac
 from tests.reliability.conftest import REPO, child_env, cli_proc, one_error_line, wait_line
 
 RAY = "2.60.0"
@@ -427,8 +428,10 @@ def _nothing_created(polyaxon_server, name: str, state: Path) -> bool:
 
 @pytest.mark.e2e
 @pytest.mark.polyaxon
-def test_polyaxon_503_then_clear_error_nothing_created(px, polyaxon_server, cli, core_v1, namespace, tmp_path, ledger):
+def test_polyaxon_503_then_clear_error_nothing_created(px, polyaxon_server, cli, k8s_api, core_v1, namespace, tmp_path,
+                                                        ledger):
     ray_token_secret(core_v1, namespace, "px-503")  # the token Secret preflight passes; Polyaxon is what fails
+    grant_runs_rbac(k8s_api, namespace)  # and the runs' service account check (up's preflight) too
     ledger.record("fault", "Polyaxon API answers 503")
     front = px(lambda method, path, n: "503" if method == "POST" else "forward")
     t0 = time.monotonic()
@@ -443,9 +446,10 @@ def test_polyaxon_503_then_clear_error_nothing_created(px, polyaxon_server, cli,
 
 @pytest.mark.e2e
 @pytest.mark.polyaxon
-def test_polyaxon_goes_away_mid_up(px, polyaxon_server, cli, core_v1, namespace, tmp_path, ledger):
+def test_polyaxon_goes_away_mid_up(px, polyaxon_server, cli, k8s_api, core_v1, namespace, tmp_path, ledger):
     """The server answers the project and connection checks, then every connection is cut."""
     ray_token_secret(core_v1, namespace, "px-gone")
+    grant_runs_rbac(k8s_api, namespace)
     first_post = {"n": None}
 
     def rule(method, path, n):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,6 +44,15 @@ def test_exit_1_is_allowed_only_for_the_sandboxs_own_dead_endpoints():
                      "error: no local cluster named x is running"):
             assert classify(1, "", line + "\n", None) == "bad_exit", line
         assert classify(2, "", "error: run 'x' does not exist\n", None) == "refused"
+        # not found (exit 1) is a true answer only for the run the command line named, absent from the sandbox state
+        missing = "error: no run named 'x' ('miles-ray runs' lists the runs this machine submitted)\n"
+        assert classify(1, "", missing, None, ["status", "x"]) == "not_found"
+        assert classify(1, "", missing, None, ["status", "y"]) == "bad_exit"
+        assert classify(1, "", missing, None) == "bad_exit"
+        runs = Path(os.environ["MILES_RAY_STATE_DIR"]) / "runs"
+        runs.mkdir(parents=True)
+        (runs / "x.json").write_text("{}")
+        assert classify(1, "", missing, None, ["status", "x"]) == "bad_exit"
 
 
 # -- YAML bombs, oversized and odd files ----------------------------------------------------------

@@ -29,6 +29,9 @@ from miles_ray.core.supervision import (LIVE, attempt_of, attempt_submission_id,
 from miles_ray.services.runs.ray_job import RayJob
 from miles_ray.services.runs.supervised_kube import KubeSupervisor
 
+# an attempt's job ended so, while its supervisor is alive and has not finished: it may still retry
+UNDECIDED = frozenset({"FAILED", "STOPPED"})
+
 
 class SupervisorHandle(Protocol):
     """One run's supervisor, wherever it lives. ``kind``: ``local`` | ``kubernetes`` | ``polyaxon``."""
@@ -202,6 +205,11 @@ class SupervisedRun:
                                                            "submission_id"})
         if sup.alive is False:
             data["message"] = (data.get("message") or "") + " (its supervisor is not running)"
+        elif sup.alive and data.get("status") in UNDECIDED:
+            # the attempt's job ended but its supervisor has not said yet whether it retries: not the run's end
+            return RunStatus(submission_id=sid, status="PENDING", message=f"attempt {current['attempt']}'s job ended "
+                             f"{data['status']} ({data.get('message') or 'no message'}); its supervisor is deciding "
+                             "whether to retry", **base)
         return RunStatus(submission_id=sid, **{**data, **base})
 
     def live_state(self) -> str:
@@ -216,7 +224,10 @@ class SupervisedRun:
             return "STOPPED"
         if not attempts or attempts[-1].get("ended"):
             return "PENDING"
-        return self._attempt_job(attempts[-1]).live_state()
+        live = self._attempt_job(attempts[-1]).live_state()
+        if live in UNDECIDED and handle_for(self.record).alive():
+            return "PENDING"  # its supervisor has not decided yet whether it retries
+        return live
 
     def head_lost(self) -> dict[str, Any] | None:
         return None  # the supervisor finds a lost head itself and starts the next attempt
