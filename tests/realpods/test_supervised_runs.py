@@ -306,7 +306,6 @@ def _until_final(live: SimpleNamespace, run: str, timeout: float = 600) -> dict:
 def _head_api(live: SimpleNamespace, path: str, body: dict | None = None):
     """The JSON the running head's dashboard answers ``GET path`` (``POST`` of ``body``) with, through a port-forward
     to the pod with KubeRay's token: read here, not through any miles-ray verb. None while it does not answer."""
-    import base64
     import urllib.request
 
     from miles_ray.adapters.kube import port_forward
@@ -361,8 +360,13 @@ def _workers(live: SimpleNamespace) -> list:
             if p.metadata.deletion_timestamp is None]
 
 
+def _ray_nodes(live: SimpleNamespace) -> list[dict]:
+    """Ray's node table as the head's dashboard lists it (empty while the head does not answer)."""
+    return (_head_api(live, "/api/v0/nodes?limit=1000") or {}).get("data", {}).get("result", {}).get("result", [])
+
+
 def _gpu_workers_in_ray(live: SimpleNamespace) -> int:
-    rows = (_head_api(live, "/api/v0/nodes?limit=1000") or {}).get("data", {}).get("result", {}).get("result", [])
+    rows = _ray_nodes(live)
     return sum(1 for n in rows if n["state"] == "ALIVE" and n["resources_total"].get("GPU", 0) > 0)
 
 
@@ -581,8 +585,7 @@ def test_the_head_pod_lost_with_gcs_ft_resumes_and_keeps_the_workers(cluster: Si
     assert side is not None, "the head's Jobs API did not take the side job"
     job = poll("the side job's driver to run on a worker", lambda: (j := _head_api(
         cluster, "/api/jobs/side-driver-on-worker")) and j["status"] == "RUNNING" and j.get("driver_node_id") and j, 120)
-    rows = (_head_api(cluster, "/api/v0/nodes?limit=1000") or {}).get("data", {}).get("result", {}).get("result", [])
-    assert not next(n for n in rows if n["node_id"] == job["driver_node_id"])["is_head_node"], job
+    assert not next(n for n in _ray_nodes(cluster) if n["node_id"] == job["driver_node_id"])["is_head_node"], job
     got = head_loss(cluster, "headloss")
     side_logs = _job_logs(cluster, "side-driver-on-worker")
     side_now = _head_api(cluster, "/api/jobs/side-driver-on-worker") or {}

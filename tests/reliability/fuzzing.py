@@ -187,9 +187,10 @@ def run_truly_absent(line: str, argv: list[str] | None) -> bool:
     m = NO_RUN.match(line)
     if not m or argv is None:
         return False
+    from miles_ray.adapters import state
+
     name = ast.literal_eval(m.group(1))  # the CLI quotes the name as Python's repr does
-    state = os.environ.get("MILES_RAY_STATE_DIR")
-    return name in argv and bool(state) and not any(f.name == f"{name}.json" for f in Path(state).rglob("*.json"))
+    return name in argv and not state.record_path(name).exists()  # where the product looks the run up
 
 
 def classify(code: int | None, out: str, err: str, exc: BaseException | None, argv: list[str] | None = None) -> str:

@@ -498,9 +498,9 @@ def delete_raycluster(cfg: MilesRayConfig, api, name: str, out: Any, wait: bool,
     if not deleted and not missing_ok:
         raise NotFound(f"no RayCluster {cfg.namespace}/{name} to delete")
     out.deleted = deleted
-    # missing_ok (a Polyaxon-made cluster): its agent may have deleted the RayCluster first; its pods still go
-    # gracefully (preStop: ray stop) and hold their GPUs until they are gone, so they are waited for all the same
-    if wait and (deleted or missing_ok):
+    # waited for even when it was already gone (missing_ok: a Polyaxon-made cluster's agent may have deleted it
+    # first): its pods still go gracefully (preStop: ray stop) and hold their GPUs until they are gone
+    if wait:
         deadline = time.monotonic() + timeout
         while kube.cluster_pods(api, cfg.namespace, name) or kube.RayClusters(api).get(cfg.namespace, name):
             if time.monotonic() > deadline:
