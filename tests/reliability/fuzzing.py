@@ -174,8 +174,22 @@ def run_cli(argv: list[str]) -> tuple[int | None, str, str, BaseException | None
 DEAD_ENDPOINTS: list[str] = []
 
 
-def names_dead_endpoint(line: str) -> bool:
-    return any(e in line for e in DEAD_ENDPOINTS)
+LOOPBACK_URL = re.compile(r"https?://127\.0\.0\.1:(\d{1,5})")
+
+
+def refuses(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:port now (a connection is refused at once)."""
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def names_dead_endpoint(line: str, argv: list[str] | None = None) -> bool:
+    """The error names an endpoint that is dead: one the sandbox made dead, or a loopback URL the command line
+    itself gave (``--address http://127.0.0.1:6379``) on which nothing listens."""
+    given = [a for a in argv or [] if (m := LOOPBACK_URL.fullmatch(a)) and 0 < int(m.group(1)) < 65536
+             and refuses(int(m.group(1)))]
+    return any(e in line for e in [*DEAD_ENDPOINTS, *given])
 
 
 NO_RUN = re.compile(r"""^error: no run named ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
@@ -201,7 +215,7 @@ def classify(code: int | None, out: str, err: str, exc: BaseException | None, ar
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     if code == 2:
         return "refused" if len(lines) == 1 else "bad_exit"
-    if code == 1 and len(lines) == 1 and UNREACHABLE.search(lines[0]) and names_dead_endpoint(lines[0]):
+    if code == 1 and len(lines) == 1 and UNREACHABLE.search(lines[0]) and names_dead_endpoint(lines[0], argv):
         return "unreachable"
     if code == 1 and len(lines) == 1 and run_truly_absent(lines[0], argv):
         return "not_found"

@@ -1,10 +1,15 @@
 """`miles-ray up --backend local --nodes 4` on a heavily loaded machine (a real fault: load, not a fake).
 
-Beside the real CLI (a child process) run: CPU burners (4 busy processes on this 2-core machine), a
+Beside the real CLI (a child process) run: CPU burners (3 busy processes on this 2-core machine), a
 memory-heavy job (allocates and keeps touching 3 GiB) and a disk-heavy job (writes and fsyncs 300 MB
 in a loop). Each load process ends by itself after a bound and is killed by PID in a ``finally``.
 The outcome is asserted, never a duration: ``up`` succeeds (its per-node retries may be used and
 are counted), ``status`` shows 4 ALIVE workers x 8 GPUs, ``down`` leaves no process and no state.
+
+How much load: about 2.5 runnable processes per core (3 burners and the memory job, which also burns CPU). Ray
+itself bounds what a node survives: ``ray start`` gives up when its raylet has not registered within a fixed 30 s,
+and the raylet registers only once its dashboard agent (a Python process) answers. With 4 burners (load ~6 on 2
+cores) a slow CI machine saw all 3 head attempts hit that wait; that is Ray's limit, not a retry miles-ray lacks.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import pytest
 pytestmark = pytest.mark.ray
 
 NODES, GPUS = 4, 8
-CPU_BURNERS = 4
+CPU_BURNERS = 3
 MEMORY_GIB = 3
 DISK_MB = 300
 LOAD_BOUND_SECONDS = 1500  # every load process exits by itself after this, whatever happens to the test

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import time
 from pathlib import Path, PurePosixPath
 
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import IMAGE
-from tests.reliability.fuzzing import Tally, classify, make_property, sandbox
+from tests.reliability.fuzzing import Tally, classify, closed_port, make_property, sandbox
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -44,6 +45,17 @@ def test_exit_1_is_allowed_only_for_the_sandboxs_own_dead_endpoints():
                      "error: no local cluster named x is running"):
             assert classify(1, "", line + "\n", None) == "bad_exit", line
         assert classify(2, "", "error: run 'x' does not exist\n", None) == "refused"
+        # a loopback address the command line gave counts only while nothing listens on it
+        given = f"http://127.0.0.1:{closed_port()}"
+        line = f"error: cannot reach the Ray Jobs API at {given} (refused)\n"
+        assert classify(1, "", line, None, ["comm-check", "--address", given]) == "unreachable"
+        assert classify(1, "", line, None, ["comm-check"]) == "bad_exit"
+        with socket.socket() as listening:
+            listening.bind(("127.0.0.1", 0))
+            listening.listen()
+            alive = f"http://127.0.0.1:{listening.getsockname()[1]}"
+            line = f"error: cannot reach the Ray Jobs API at {alive} (refused)\n"
+            assert classify(1, "", line, None, ["comm-check", "--address", alive]) == "bad_exit"
         # not found (exit 1) is a true answer only for the run the command line named, absent from the sandbox state
         missing = "error: no run named 'x' ('miles-ray runs' lists the runs this machine submitted)\n"
         assert classify(1, "", missing, None, ["status", "x"]) == "not_found"
