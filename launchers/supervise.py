@@ -45,10 +45,25 @@ import supervision as sv  # noqa: E402 - shipped beside this file (miles_ray/cor
 
 HTTP_TIMEOUT = 15.0
 LOG_READ_SECONDS = 10.0  # a running attempt's logs are read (whole: the Jobs API has no offset) this often at most
+# Kubernetes' terminationMessagePath (the default): what a container writes there is its pod's
+# status.containerStatuses[].state.terminated.message (kubectl describe pod: "Message"), at most 4096 bytes.
+# Outside a container the file does not exist and nothing is written.
+TERMINATION_LOG = "/dev/termination-log"
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def say_on_termination(line: str) -> None:
+    """The run's end as the supervisor's pod shows it, when it runs in a Kubernetes container."""
+    if not os.path.exists(TERMINATION_LOG):
+        return
+    try:
+        with open(TERMINATION_LOG, "w", encoding="utf-8") as fh:
+            fh.write(line.encode("utf-8")[:4000].decode("utf-8", "ignore"))
+    except OSError:
+        pass  # a read-only or odd mount: the events on stdout say the same
 
 
 class Unreachable(Exception):
@@ -334,6 +349,7 @@ class Supervisor:
         attempts' events would be lost); 1 when the supervisor itself could not work (``broken``: the head did not
         answer it or refused it), so that its pod is restarted and tries again."""
         self.emit("finished", status=status, reason=reason, at=now_iso(), attempts=self.attempts_started)
+        say_on_termination(f"run {self.spec.run}: {status} after {self.attempts_started} attempt(s): {reason}")
         return 1 if broken else 0
 
     def started(self, n: int, sid: str, *, adopted: bool, started: str) -> None:

@@ -156,6 +156,9 @@ def run_status_line(info: RunStatus) -> None:
               + (f"\n{info.message}" if info.message else "")
               + (f"\n(read the saved copy {saved.dir}, saved {saved.saved_at}: {saved.reason}; the cluster no longer "
                  "has the job)" if saved else ""))
+    if info.polyaxon_uuid:
+        out.print(f"Polyaxon run {info.polyaxon_uuid}" + (f" [{info.polyaxon_status}]" if info.polyaxon_status else ""),
+                  markup=False)
     if info.supervisor is not None:
         sup = info.supervisor
         state = ("finished" if sup.finished else "running" if sup.alive else "not running" if sup.alive is False

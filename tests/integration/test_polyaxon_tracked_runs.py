@@ -117,6 +117,9 @@ def check_polyaxon_run(world, run: str) -> dict:
     assert (rec["polyaxon_project"], rec["polyaxon_host"]) == (PROJECT, world["haupt"].host)
     px = wait_final(world, uuid)
     assert px["status"] == "succeeded", px
+    from miles_ray.services import runs as run_service
+
+    assert run_service.run_status(run).polyaxon_uuid == uuid  # status RUN names the run's Polyaxon run
     assert px["is_managed"] is False and px["name"] == run
     inputs = px["inputs"]
     assert inputs["command"] == rec["entrypoint"] and "train.py" in inputs["command"]

@@ -522,8 +522,15 @@ def test_the_restart_budget_spent_fails_listing_every_attempt(cluster: SimpleNam
     _never_two_drivers(_ray_jobs(cluster, "budget"))
     # the supervisor exited 0 once the run's end was decided: its container was never restarted to say it again
     # (a restart keeps one earlier log: attempt 1's events would have been lost)
-    [pod] = _supervisor_pods(cluster, "budget")
-    assert [c.restart_count for c in pod.status.container_statuses] == [0], pod.status.container_statuses
+    def ended_supervisor():
+        [pod] = _supervisor_pods(cluster, "budget")
+        [c] = pod.status.container_statuses or [None]
+        return c if c is not None and c.state.terminated is not None else None
+
+    sup = poll("the supervisor's container to end", ended_supervisor, 120)
+    assert sup.restart_count == 0 and sup.state.terminated.exit_code == 0, sup
+    # what it wrote to /dev/termination-log is the pod's termination message (kubectl describe pod)
+    assert "run budget: FAILED after 2 attempt(s)" in (sup.state.terminated.message or ""), sup.state.terminated
     poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
 
 

@@ -83,8 +83,13 @@ def live_status(record: dict[str, Any], kube_context: str | None = None, kubecon
 
 
 def run_status(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None) -> RunStatus:
-    """The run's job info (from its head, Polyaxon, or the saved copy once the head is gone)."""
-    return backend_for(state.load_record(run), kube_context=kube_context, kubeconfig=kubeconfig).state()
+    """The run's job info (from its head, Polyaxon, or the saved copy once the head is gone); a run with a Polyaxon
+    run of its own (on a Polyaxon-made cluster) names it."""
+    record = state.load_record(run)
+    got = backend_for(record, kube_context=kube_context, kubeconfig=kubeconfig).state()
+    if got.polyaxon_uuid is None and record.get("polyaxon_run_uuid"):
+        got = got.model_copy(update={"polyaxon_uuid": record["polyaxon_run_uuid"]})
+    return got
 
 
 def run_logs(run: str, follow: bool, *, kube_context: str | None = None, kubeconfig: str | None = None,
