@@ -5,7 +5,7 @@ Measures: ``up`` time for head + N worker raylets on a quiet machine, idle clust
 (sum of ``/proc/<pid>/smaps_rollup`` over every process of the cluster's node sessions -- raylets,
 GCS, dashboard, agents and Ray workers), Jobs API submit-to-RUNNING latency (and to SUCCEEDED for a
 trivial job), a 2-node colocated Qwen3-4B placement rehearsal (wall time and peak PSS while it
-runs), and ``down`` time; then ``up`` again under the load of tests/reliability/test_busy_machine.py
+runs), and ``down`` time; then ``up`` again under the load of tests/reliability/test_zz_busy_machine.py
 (CPU burners, a memory hog, an fsync loop: started, built up, killed by PID afterwards), with the node
 start retries it needed. Prints a table, ratios (loaded/quiet start time among them), and a
 ``BENCH_RESULT {json}`` line.
@@ -30,8 +30,8 @@ sys.path.insert(0, str(REPO))
 
 from miles_ray.adapters import local_ray as lr  # noqa: E402
 from miles_ray.adapters import ray_jobs  # noqa: E402
-from tests.reliability.test_busy_machine import CPU_BURNERS, DISK_MB, MEMORY_GIB  # noqa: E402
-from tests.reliability.test_busy_machine import start_load, stop_load, wait_for_load  # noqa: E402
+from tests.reliability.test_zz_busy_machine import CPU_BURNERS, DISK_MB, MEMORY_GIB  # noqa: E402
+from tests.reliability.test_zz_busy_machine import start_load, stop_load, wait_for_load  # noqa: E402
 
 REHEARSE = REPO / "launchers" / "rehearse.py"
 GIB = 1024**3

@@ -1,7 +1,8 @@
 """The real components every tier shares, ONE of each per pytest run (a pytest plugin, loaded by
 tests/conftest.py): whichever tiers a run selects -- unit, integration, e2e, reliability -- they get the
 same control plane, the same local Ray cluster and the same Polyaxon server. Every session fixture is
-lazy: a run whose tests ask for none of them starts nothing.
+lazy: a run whose tests ask for none of them starts nothing; each is stopped right after the last test of the run
+that uses it (not at the end of the run), and the tiers run in TIER_ORDER, the real-pod tier last.
 
 ``fake_k8s``         etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the KubeRay
                      operator (cluster/fakegpu.py) from binaries cached by cluster/build.sh (built first if
@@ -53,11 +54,45 @@ LOCAL_RAY_GPUS = 8
 COMPONENT_MARKERS = {"fake_k8s": "e2e", "local_ray": "ray", "polyaxon_server": "polyaxon"}
 
 
+# Tier order of a run (pytest collects them alphabetically): the real-pod tier goes last, after the session's
+# shared components are stopped (below), so its kubelets, containerd and Ray pods do not share the 2 cores with an
+# idle control plane, Polyaxon server and 5-node Ray cluster that no later test needs.
+TIER_ORDER = ("e2e", "integration", "reliability", "unit", "realpods")
+RETIRE_AFTER_LAST_USE = tuple(COMPONENT_MARKERS)
+_RETIRE = pytest.StashKey[list]()
+
+
+def _tier(item: pytest.Item) -> int:
+    parts = Path(str(item.path)).relative_to(REPO).parts if Path(str(item.path)).is_relative_to(REPO) else ()
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    return TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for fixture, marker in COMPONENT_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+    items.sort(key=_tier)  # stable: within a tier, the collected order
+    last: dict[str, pytest.Item] = {}
+    for item in items:
+        for fixture in RETIRE_AFTER_LAST_USE:
+            if fixture in getattr(item, "fixturenames", ()):
+                last[fixture] = item
+    for fixture, item in last.items():
+        item.stash.setdefault(_RETIRE, []).append(fixture)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of the run that uses a shared component, stop it (its fixture's own tear-down, with
+    its checks) instead of at the end of the run. A test that asks for it later would just start a new one."""
+    yield
+    if nextitem is None:
+        return  # the end of the run stops everything anyway
+    for fixture in item.stash.get(_RETIRE, []):
+        for fixturedef in item._fixtureinfo.name2fixturedefs.get(fixture, ()):  # noqa: SLF001 - pytest's own record
+            fixturedef.finish(item._request)  # noqa: SLF001 - runs the fixture's tear-down, then forgets its value
 
 
 def http_status(url: str, token: str | None = None, timeout: float = 20) -> int:

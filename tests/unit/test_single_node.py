@@ -122,8 +122,8 @@ def test_out_dir_and_validated_by_polyaxon(cli, clean_env):
 # -- up --single-node against the real Polyaxon API server ----------------------------------------------------
 
 @pytest.fixture
-def px(monkeypatch, tmp_path, request):
-    server = request.getfixturevalue("polyaxon_server")
+def px(polyaxon_server, monkeypatch, tmp_path):
+    server = polyaxon_server
     monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("POLYAXON_HOST", server.host)
     monkeypatch.setenv("POLYAXON_AGENT_CONNECTIONS", json.dumps(server.connections))
