@@ -59,6 +59,20 @@ class RayClusters:
                 return False
             raise api_error(e, f"delete RayCluster {namespace}/{name}") from None
 
+    def delete_owner(self, namespace: str, ref: dict) -> bool:
+        """Delete the object an ``ownerReferences`` entry of a RayCluster names (e.g. the ``polyaxon.com/v1 Cluster``
+        Polyaxon's agent made it from); its garbage collector then takes the RayCluster. False when it is gone."""
+        group, _, version = ref["apiVersion"].rpartition("/")
+        plural = ref["kind"].lower() + "s"
+        try:
+            self.api.delete_namespaced_custom_object(group, version, namespace, plural, ref["name"],
+                                                     propagation_policy="Background")
+            return True
+        except Exception as e:  # noqa: BLE001
+            if http_status(e) == 404:
+                return False
+            raise api_error(e, f"delete {ref['kind']} {namespace}/{ref['name']}") from None
+
     def json_patch(self, namespace: str, name: str, ops: list[dict]) -> dict:
         try:
             return self.api.patch_namespaced_custom_object(

@@ -490,14 +490,15 @@ def save_runs(cfg: MilesRayConfig) -> SavedRuns:
 
 
 def delete_raycluster(cfg: MilesRayConfig, api, name: str, out: Any, wait: bool, timeout: float,
-                      missing_ok: bool, propagation: str = "Foreground") -> None:
+                      missing_ok: bool, propagation: str = "Foreground", delete: bool = True) -> None:
     """Delete the RayCluster ``name`` (``propagation``: see ``RayClusters.delete``) and (``wait``) wait until it and
     its pods are gone; ``out.deleted`` says whether there was one (``out.pods_remaining``: what was left at the
-    timeout)."""
-    deleted = kube.RayClusters(api).delete(cfg.namespace, name, propagation)
-    if not deleted and not missing_ok:
-        raise NotFound(f"no RayCluster {cfg.namespace}/{name} to delete")
-    out.deleted = deleted
+    timeout). ``delete=False``: only the wait (something else deletes it)."""
+    if delete:
+        deleted = kube.RayClusters(api).delete(cfg.namespace, name, propagation)
+        if not deleted and not missing_ok:
+            raise NotFound(f"no RayCluster {cfg.namespace}/{name} to delete")
+        out.deleted = deleted
     # waited for even when it was already gone (missing_ok: a Polyaxon-made cluster's agent may have deleted it
     # first): its pods still go gracefully (preStop: ray stop) and hold their GPUs until they are gone
     if wait:
@@ -507,6 +508,35 @@ def delete_raycluster(cfg: MilesRayConfig, api, name: str, out: Any, wait: bool,
                 out.pods_remaining = len(kube.cluster_pods(api, cfg.namespace, name))
                 break
             time.sleep(POLL)
+
+
+def remove_polyaxon_made(cfg: MilesRayConfig, api, name: str, out: Any, agent_seconds: float, timeout: float) -> None:
+    """After its Polyaxon run was deleted: wait until the RayCluster ``name`` and its pods are gone (``out.deleted``,
+    ``out.pods_remaining`` as :func:`delete_raycluster` sets them).
+
+    Polyaxon's agent deletes the ``Cluster`` it made, and the RayCluster goes with it (its ownerReference). Deleting
+    the RayCluster here while that Cluster still exists would not take it down: Polyaxon's operator makes it again
+    (seen on real pods: new pods a few seconds after the old ones went). So the agent is given ``agent_seconds``;
+    a RayCluster still there and not being deleted then has its owner deleted (the agent's Cluster), or itself
+    when it has no owner, and a notice says so."""
+    clusters = kube.RayClusters(api)
+    rc = clusters.get(cfg.namespace, name)
+    out.deleted = rc is not None
+    deadline = time.monotonic() + agent_seconds
+    while rc is not None and not rc["metadata"].get("deletionTimestamp") and time.monotonic() < deadline:
+        time.sleep(POLL)
+        rc = clusters.get(cfg.namespace, name)
+    if rc is not None and not rc["metadata"].get("deletionTimestamp"):
+        owners = [r for r in rc["metadata"].get("ownerReferences") or [] if r.get("controller")]
+        if owners and clusters.delete_owner(cfg.namespace, owners[0]):
+            gone = f"its {owners[0]['kind']} {owners[0]['name']}"
+        else:
+            clusters.delete(cfg.namespace, name)
+            gone = "the RayCluster"
+        out.notices = [*(getattr(out, "notices", None) or []),
+                       f"Polyaxon's agent had not removed RayCluster {name} {agent_seconds:.0f}s after its run was "
+                       f"deleted: deleted {gone} from here"]
+    delete_raycluster(cfg, api, name, out, wait=True, timeout=timeout, missing_ok=True, delete=False)
 
 
 def guarded(cfg: MilesRayConfig, name: str) -> Callable[[], None]:

@@ -23,6 +23,9 @@ from miles_ray.services.backends.results import (DownCluster, KubeDown, KubeResu
                                                  ParkedCluster, ParkResult, PolyaxonRunStatus, Preflight)
 
 
+#: How long 'down' gives Polyaxon's agent to remove the cluster of a deleted run before removing it from here.
+AGENT_SECONDS = 60.0
+
 #: What Polyaxon's ``polyaxon-sidecar`` (in every pod the agent makes) reads through the in-cluster API as the pod's
 #: service account: the pod and its status (without pods/status it retries forever), the main container's logs,
 #: services and events. Without it the sidecar exits at once and, the pods' restartPolicy being Never, a pod never
@@ -328,8 +331,9 @@ class PolyaxonBackend:
             api = kc.client(cfg)
             if rec.get("polyaxon_uuid"):
                 _stop_and_delete_run(cfg, rec, out)
-            kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=120,
-                                 missing_ok=bool(rec.get("polyaxon_uuid")))
+                kc.remove_polyaxon_made(cfg, api, name, out, agent_seconds=AGENT_SECONDS, timeout=120)
+            else:
+                kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=120, missing_ok=False)
         _forget(cfg, rec)
         out.saved_runs = saved
         return out
