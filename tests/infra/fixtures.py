@@ -54,10 +54,11 @@ LOCAL_RAY_GPUS = 8
 COMPONENT_MARKERS = {"fake_k8s": "e2e", "local_ray": "ray", "polyaxon_server": "polyaxon"}
 
 
-# Tier order of a run (pytest collects them alphabetically): the real-pod tier goes last, after the session's
-# shared components are stopped (below), so its kubelets, containerd and Ray pods do not share the 2 cores with an
-# idle control plane, Polyaxon server and 5-node Ray cluster that no later test needs.
-TIER_ORDER = ("e2e", "integration", "reliability", "unit", "realpods")
+# Tier order of a run (pytest collects them alphabetically): the tiers that share a component run next to each
+# other, so each shared component lives only as long as its users (below) and does not load the 2 cores while other
+# tiers run: integration and reliability (the local Ray cluster), reliability and e2e (the control plane); the
+# real-pod tier goes last, when none of them is left.
+TIER_ORDER = ("integration", "reliability", "e2e", "unit", "realpods")
 RETIRE_AFTER_LAST_USE = tuple(COMPONENT_MARKERS)
 _RETIRE = pytest.StashKey[list]()
 

@@ -1,7 +1,7 @@
 """`miles-ray up --backend local --nodes 4` on a heavily loaded machine (a real fault: load, not a fake).
 
-Named ``zz`` to run last in its tier: by then the session's shared Ray cluster and control plane have been stopped
-(tests/infra/fixtures.py stops each after its last user), so the load is the one made here.
+Named ``zz`` to run last in its tier: by then the session's shared Ray cluster has been stopped
+(tests/infra/fixtures.py stops each shared component after its last user), so the load is mostly the one made here.
 
 Beside the real CLI (a child process) run: CPU burners (3 busy processes on this 2-core machine), a
 memory-heavy job (allocates and keeps touching 3 GiB) and a disk-heavy job (writes and fsyncs 300 MB
