@@ -54,7 +54,8 @@ rm -rf "$setup_logs"
 export RAY_USAGE_STATS_ENABLED=0
 
 set +e
-.venv/bin/python -m pytest "${@:-tests}" -p no:cacheprovider --durations=25
+# --durations first: a caller's own --durations (an extra argument) comes after it and wins
+.venv/bin/python -m pytest -p no:cacheprovider --durations=40 "${@:-tests}"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
