@@ -63,6 +63,7 @@ PARSER = _metrics_parser()
 REQUIRED = ("host", "owner", "project", "run_uuid")
 PX_STATUS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
 REASON = "MilesRaySupervisor"
+FINAL_STATUS_ATTEMPTS = 6  # 1 + 5 retries, 1+2+4+8+16 s apart
 
 
 def _warn(message: str) -> None:
@@ -261,10 +262,17 @@ class PolyaxonReporter:
                                          summary=summary, is_input=False, skip_hash_calculation=True)
         except Exception as e:  # noqa: BLE001
             _warn(f"could not log outputs and lineage: {e}")
-        try:
-            self._status(PX_STATUS.get(status, "failed"), message)
-        except Exception as e:  # noqa: BLE001
-            _warn(f"could not log the final status {status}: {e}")
+        # The final status is what keeps Polyaxon's run from showing "running" forever: it is tried again (seen once
+        # under load: Polyaxon's API answered 405 to the status of a run that had ended 3 s after it was created)
+        for attempt in range(FINAL_STATUS_ATTEMPTS):
+            try:
+                self._status(PX_STATUS.get(status, "failed"), message)
+                break
+            except Exception as e:  # noqa: BLE001
+                if attempt + 1 == FINAL_STATUS_ATTEMPTS:
+                    _warn(f"could not log the final status {status} ({FINAL_STATUS_ATTEMPTS} attempts): {e}")
+                else:
+                    time.sleep(2.0 ** attempt)
 
     def close(self) -> None:
         if self.closed:
