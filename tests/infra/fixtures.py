@@ -64,8 +64,7 @@ _RETIRE = pytest.StashKey[list]()
 
 
 def _tier(item: pytest.Item) -> int:
-    parts = Path(str(item.path)).relative_to(REPO).parts if Path(str(item.path)).is_relative_to(REPO) else ()
-    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    tier = knobs.tier_of(item.nodeid)
     return TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER)
 
 

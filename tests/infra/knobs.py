@@ -79,10 +79,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
 _TIER_SECONDS: dict[str, float] = {}
 
 
+def tier_of(nodeid: str) -> str:
+    """The tier of a test, from its node id ``tests/<tier>/...`` (else the node id's file)."""
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Add each phase's duration (set-up of shared fixtures included) to its tier, tests/<tier>/..."""
-    parts = report.nodeid.split("/")
-    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
+    tier = tier_of(report.nodeid)
     _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
 
 

@@ -490,29 +490,33 @@ def save_runs(cfg: MilesRayConfig) -> SavedRuns:
 
 
 def delete_raycluster(cfg: MilesRayConfig, api, name: str, out: Any, wait: bool, timeout: float,
-                      missing_ok: bool, propagation: str = "Foreground", delete: bool = True) -> None:
+                      missing_ok: bool, propagation: str = "Foreground") -> None:
     """Delete the RayCluster ``name`` (``propagation``: see ``RayClusters.delete``) and (``wait``) wait until it and
     its pods are gone; ``out.deleted`` says whether there was one (``out.pods_remaining``: what was left at the
-    timeout). ``delete=False``: only the wait (something else deletes it)."""
-    if delete:
-        deleted = kube.RayClusters(api).delete(cfg.namespace, name, propagation)
-        if not deleted and not missing_ok:
-            raise NotFound(f"no RayCluster {cfg.namespace}/{name} to delete")
-        out.deleted = deleted
-    # waited for even when it was already gone (missing_ok: a Polyaxon-made cluster's agent may have deleted it
-    # first): its pods still go gracefully (preStop: ray stop) and hold their GPUs until they are gone
+    timeout)."""
+    deleted = kube.RayClusters(api).delete(cfg.namespace, name, propagation)
+    if not deleted and not missing_ok:
+        raise NotFound(f"no RayCluster {cfg.namespace}/{name} to delete")
+    out.deleted = deleted
     if wait:
-        deadline = time.monotonic() + timeout
-        while kube.cluster_pods(api, cfg.namespace, name) or kube.RayClusters(api).get(cfg.namespace, name):
-            if time.monotonic() > deadline:
-                out.pods_remaining = len(kube.cluster_pods(api, cfg.namespace, name))
-                break
-            time.sleep(POLL)
+        wait_gone(cfg, api, name, out, timeout)
+
+
+def wait_gone(cfg: MilesRayConfig, api, name: str, out: Any, timeout: float) -> None:
+    """Wait until the RayCluster ``name`` and its pods are gone, even when the RayCluster already is: its pods still
+    go gracefully (preStop: ray stop) and hold their GPUs until they are gone (``out.pods_remaining``: what was left
+    at the timeout)."""
+    deadline = time.monotonic() + timeout
+    while kube.cluster_pods(api, cfg.namespace, name) or kube.RayClusters(api).get(cfg.namespace, name):
+        if time.monotonic() > deadline:
+            out.pods_remaining = len(kube.cluster_pods(api, cfg.namespace, name))
+            break
+        time.sleep(POLL)
 
 
 def remove_polyaxon_made(cfg: MilesRayConfig, api, name: str, out: Any, agent_seconds: float, timeout: float) -> None:
     """After its Polyaxon run was deleted: wait until the RayCluster ``name`` and its pods are gone (``out.deleted``,
-    ``out.pods_remaining`` as :func:`delete_raycluster` sets them).
+    ``out.pods_remaining`` and ``out.notices`` of a :class:`KubeDown`).
 
     Polyaxon's agent deletes the ``Cluster`` it made, and the RayCluster goes with it (its ownerReference). Deleting
     the RayCluster here while that Cluster still exists would not take it down: Polyaxon's operator makes it again
@@ -533,10 +537,9 @@ def remove_polyaxon_made(cfg: MilesRayConfig, api, name: str, out: Any, agent_se
         else:
             clusters.delete(cfg.namespace, name)
             gone = "the RayCluster"
-        out.notices = [*(getattr(out, "notices", None) or []),
-                       f"Polyaxon's agent had not removed RayCluster {name} {agent_seconds:.0f}s after its run was "
-                       f"deleted: deleted {gone} from here"]
-    delete_raycluster(cfg, api, name, out, wait=True, timeout=timeout, missing_ok=True, delete=False)
+        out.notices.append(f"Polyaxon's agent had not removed RayCluster {name} {agent_seconds:.0f}s after its run "
+                           f"was deleted: deleted {gone} from here")
+    wait_gone(cfg, api, name, out, timeout)
 
 
 def guarded(cfg: MilesRayConfig, name: str) -> Callable[[], None]:
