@@ -70,7 +70,7 @@ def test_closed_port_names_the_unreachable_node(env, cli):
 
 def test_actor_that_never_starts_is_named_and_the_rest_still_ring(env, cli):
     """FAULT INJECTED BY THE TEST BACKEND: on an extra GPU node, the comm check's actor blocks in its constructor
-    past the timeout (20 s: under a fully loaded machine a healthy node's actor once took over 10 s to start)."""
+    past the timeout (20 s: on a fully loaded machine a healthy node's actor once took over 10 s to start)."""
     healthy = gpu_nodes(env.address)
     with extra_nodes(env.status(), [NodeSpec("127.0.0.72", "no-start", env=comm_fault_env("no-start"))]) as [node]:
         code, out, err = cli("comm-check", "--address", env.address, "--size-mb", "1", "--timeout", "20")
