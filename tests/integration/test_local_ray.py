@@ -402,13 +402,6 @@ def test_rehearsal_qwen3_4b_colocated_on_2_nodes(local_ray):
                                                  gpus_per_engine=2, colocate=True), res["nodes"])
 
 
-def test_rehearsal_qwen3_4b_colocated_on_4_nodes(local_ray):
-    info, res, logs = _rehearse(local_ray.address, f"--actor-num-nodes 4 {QWEN3_4B_COLOCATED}")
-    assert info["status"] == "SUCCEEDED", logs[-3000:]
-    assert res["ok"] and len(res["nodes"]) == 4
-    assert all(n["bundles"] == 8 and n["engines"] == 4 for n in res["nodes"])
-
-
 def test_rehearsal_disaggregated_puts_trainer_and_rollout_on_different_nodes(local_ray):
     info, res, logs = _rehearse(
         local_ray.address,
