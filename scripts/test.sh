@@ -53,54 +53,13 @@ rm -rf "$setup_logs"
 
 export RAY_USAGE_STATS_ENABLED=0
 
-PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider --durations=40)
-
-run_pytest() {  # run_pytest ARGS...: pytest's exit code, with 5 (nothing collected) made a failure
-  local rc=0
-  "${PYTEST[@]}" "$@" || rc=$?
-  if [ "$rc" -eq 5 ]; then
-    echo "test.sh: pytest collected no tests: $*" >&2
-    rc=1
-  fi
-  return "$rc"
-}
-
-if [ "$#" -gt 0 ]; then
-  # --durations first: a caller's own --durations (an extra argument) comes after it and wins
-  set +e
-  run_pytest "$@"
-  exit $?
+set +e
+# --durations first: a caller's own --durations (an extra argument) comes after it and wins
+.venv/bin/python -m pytest -p no:cacheprovider --durations=40 "${@:-tests}"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "test.sh: pytest collected no tests" >&2
+  exit 1
 fi
-
-# The whole suite, in three stages. The real-pod tier spends most of its time waiting on Kubernetes, KubeRay and
-# Ray's own timeouts (measured 20-80% of the 2 cores busy), so it runs in a second pytest process beside the
-# lighter tiers (reliability, e2e, unit and the integration modules that start clusters of their own); the bulk
-# of the integration tier runs first and the busy-machine test (which loads the machine on purpose) runs last,
-# each alone. Each stage's processes start their own shared components (tests/infra/fixtures.py).
-BESIDE_REALPODS=(tests/integration/test_saved_logs.py tests/integration/test_park_idle_local.py
-                 tests/integration/test_supervised_local.py tests/integration/test_supervised_waits_local.py
-                 tests/integration/test_up_down_idempotent.py tests/reliability tests/e2e tests/unit)
-BUSY=tests/reliability/test_zz_busy_machine.py
-rc=0
-echo "test.sh: stage 1 of 3: the integration tier (but the modules that start clusters of their own)" >&2
-first=(tests/integration)
-for t in "${BESIDE_REALPODS[@]}"; do
-  case "$t" in tests/integration/*) first+=(--ignore="$t") ;; esac
-done
-run_pytest "${first[@]}" || rc=1
-
-echo "test.sh: stage 2 of 3: the real-pod tier (its output comes when it ends) beside ${BESIDE_REALPODS[*]}" >&2
-realpods_log=$(mktemp)
-trap 'rm -f "$realpods_log"' EXIT
-run_pytest tests/realpods >"$realpods_log" 2>&1 &
-realpods_pid=$!
-run_pytest --ignore="$BUSY" "${BESIDE_REALPODS[@]}" || rc=1
-realpods_rc=0
-wait "$realpods_pid" || realpods_rc=$?
-echo "test.sh: ==== the real-pod tier's output (exit $realpods_rc) ====" >&2
-cat "$realpods_log"
-[ "$realpods_rc" -eq 0 ] || rc=1
-
-echo "test.sh: stage 3 of 3: $BUSY (loads the machine on purpose: alone)" >&2
-run_pytest "$BUSY" || rc=1
 exit "$rc"
