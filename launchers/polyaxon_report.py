@@ -253,26 +253,46 @@ class PolyaxonReporter:
         from polyaxon._utils.fqn_utils import to_fqn_name
         from polyaxon.schemas import V1ArtifactKind
 
+        outputs = {to_fqn_name(k): v for k, v in self.last.items()}
+        if outputs:
+            self._retried("log the final metric values as outputs",
+                          lambda: self.rc.log_outputs(async_req=False, **outputs))
+        if self.checkpoint_dir:
+            summary = {"checkpoint_dir": self.checkpoint_dir, "latest_iteration": _latest_iteration(self.checkpoint_dir)}
+            self._retried("log the checkpoint lineage", lambda: self._lineage_ref(
+                path=self.checkpoint_dir, kind=V1ArtifactKind.DIR, name="checkpoints", summary=summary,
+                is_input=False, skip_hash_calculation=True))
+        # The final status is what keeps Polyaxon's run from showing "running" forever
+        self._retried(f"log the final status {status}", lambda: self._status(PX_STATUS.get(status, "failed"), message))
+
+    def _lineage_ref(self, **ref: Any) -> None:
+        """``RunClient.log_artifact_ref(**ref)`` with its lineage request made in this thread: the client sends it
+        asynchronously (``log_artifact_lineage(async_req=True)``), where a refusal is lost and cannot be retried."""
+        send = self.rc.log_artifact_lineage
+        self.rc.log_artifact_lineage = lambda body, async_req=True: send(body=body, async_req=False)
         try:
-            if self.last:
-                self.rc.log_outputs(async_req=False, **{to_fqn_name(k): v for k, v in self.last.items()})
-            if self.checkpoint_dir:
-                summary = {"checkpoint_dir": self.checkpoint_dir, "latest_iteration": _latest_iteration(self.checkpoint_dir)}
-                self.rc.log_artifact_ref(path=self.checkpoint_dir, kind=V1ArtifactKind.DIR, name="checkpoints",
-                                         summary=summary, is_input=False, skip_hash_calculation=True)
-        except Exception as e:  # noqa: BLE001
-            _warn(f"could not log outputs and lineage: {e}")
-        # The final status is what keeps Polyaxon's run from showing "running" forever: it is tried again (seen once
-        # under load: Polyaxon's API answered 405 to the status of a run that had ended 3 s after it was created)
+            self.rc.log_artifact_ref(**ref)
+        finally:
+            del self.rc.log_artifact_lineage  # the class's own method again
+
+    @staticmethod
+    def _retried(what: str, call: Any) -> bool:
+        """``call()``, tried again (up to FINAL_STATUS_ATTEMPTS in all, 1..16 s apart) when Polyaxon did not handle
+        it: a connection error, a 5xx, or the 405 its sandbox answers to a write that comes while it serves another
+        (seen under load on the outputs and the final status of a run that ended seconds after it was created). A
+        request Polyaxon refused (another 4xx) is not repeated. False (and one warning) if it never went through."""
         for attempt in range(FINAL_STATUS_ATTEMPTS):
             try:
-                self._status(PX_STATUS.get(status, "failed"), message)
-                break
+                call()
+                return True
             except Exception as e:  # noqa: BLE001
-                if attempt + 1 == FINAL_STATUS_ATTEMPTS:
-                    _warn(f"could not log the final status {status} ({FINAL_STATUS_ATTEMPTS} attempts): {e}")
-                else:
-                    time.sleep(2.0 ** attempt)
+                status = getattr(e, "status", None)
+                again = status is None or status == 405 or (isinstance(status, int) and status >= 500)
+                if not again or attempt + 1 == FINAL_STATUS_ATTEMPTS:
+                    _warn(f"could not {what} ({attempt + 1} attempt(s)): {e}")
+                    return False
+                time.sleep(2.0 ** attempt)
+        return False
 
     def close(self) -> None:
         if self.closed:

@@ -6,9 +6,13 @@ prints."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import subprocess
 import sys
+import threading
+from types import SimpleNamespace
+from typing import Callable, Iterator
 
 import pytest
 
@@ -60,3 +64,101 @@ def test_a_supervisor_started_again_reports_nothing_twice(polyaxon_server, tmp_p
     run = runs.run(uuid)
     assert run["status"] == "succeeded" and run["outputs"]["train__loss"] == want["train/loss"]["value"]
     assert run["outputs"]["eval__aime"] == want["eval/aime"]["value"]
+
+
+@contextlib.contextmanager
+def refusing_proxy(upstream: str, refuse: Callable[[str, str], bool]) -> Iterator[SimpleNamespace]:
+    """A FAULT-INJECTING proxy in front of the real Polyaxon API server (on 127.0.0.1, stopped on exit): every request
+    is passed on as it is, except those ``refuse(method, path)`` picks, answered 405 as haupt's sandbox answers a
+    write that comes while it serves another. ``.seen`` lists (method, path, status) of every request."""
+    import http.client
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    target = urlsplit(upstream)
+    seen: list[tuple[str, str, int]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if refuse(self.command, self.path):
+                seen.append((self.command, self.path, 405))
+                self.send_response(405)
+                self.send_header("Allow", "GET, HEAD, OPTIONS")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+            conn.request(self.command, self.path, body=body or None, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            seen.append((self.command, self.path, resp.status))
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _any
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield SimpleNamespace(host=f"http://127.0.0.1:{server.server_address[1]}", seen=seen)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_outputs_and_final_status_go_through_a_405(polyaxon_server, tmp_path):
+    """Polyaxon's sandbox answers 405 to a write that comes while it serves another (seen on the outputs of a run that
+    ended seconds after it was created): the reporter tries the outputs, the lineage and the final status again, so
+    the run ends SUCCEEDED with its outputs. The 405s come from a fault-injecting proxy in front of the real server."""
+    from miles_ray.adapters.polyaxon_api import PolyaxonApi
+    from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns
+
+    polyaxon_server.create_project(PROJECT)
+    runs = TrackedRuns(PolyaxonApi(host=polyaxon_server.host), "default", PROJECT)
+    uuid = runs.create("rep-405", inputs={"command": "train.py"}, tags=["miles-ray"], meta={"miles_ray_run": "rep-405"})
+    log = subprocess.run([sys.executable, str(REPO / "tests" / "fakes" / "fake_metrics_train.py"), "--num-rollout",
+                          "3", "--eval-interval", "3", "--eval-prompt-data", "aime", "/d"],
+                         capture_output=True, text=True, check=True).stdout
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("3\n")
+    refused: dict[str, int] = {}
+    ending: list[bool] = []
+
+    def refuse(method: str, path: str) -> bool:  # the first write of each kind the run's end makes
+        if not ending:
+            return False
+        kind = ("outputs" if method == "PATCH" and path.rstrip("/").endswith(f"/runs/{uuid}") else
+                "lineage" if method == "POST" and "/lineage/artifacts" in path else
+                "status" if method == "POST" and path.rstrip("/").endswith("/statuses") else None)
+        if kind is None or refused.get(kind):
+            return False
+        refused[kind] = 1
+        return True
+
+    with refusing_proxy(polyaxon_server.host, refuse) as proxy:
+        section = {"host": proxy.host, "owner": "default", "project": PROJECT, "run_uuid": uuid,
+                   "work_dir": str(tmp_path / "work"), "checkpoint_dir": str(ckpt)}
+        reporter = reporter_module().make_reporter(section)
+        reporter.attempt_started({"event": "attempt_started", "attempt": 1, "submission_id": "rep-405"})
+        reporter.log_chunk(1, log)
+        ending.append(True)
+        reporter.finished({"event": "finished", "status": "SUCCEEDED", "reason": "the job succeeded"})
+    assert set(refused) == {"outputs", "lineage", "status"}, (refused, proxy.seen)
+    run = runs.run(uuid)
+    assert run["status"] == "succeeded", run["status"]
+    assert "eval__aime" in run["outputs"] and "train__loss" in run["outputs"], run["outputs"]
+    assert {a["name"] for a in runs.lineage(uuid)} >= {"checkpoints"}, proxy.seen
