@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import datetime as _dt
+import functools
 import importlib
 import json
 import os
@@ -269,7 +270,7 @@ class PolyaxonReporter:
         """``RunClient.log_artifact_ref(**ref)`` with its lineage request made in this thread: the client sends it
         asynchronously (``log_artifact_lineage(async_req=True)``), where a refusal is lost and cannot be retried."""
         send = self.rc.log_artifact_lineage
-        self.rc.log_artifact_lineage = lambda body, async_req=True: send(body=body, async_req=False)
+        self.rc.log_artifact_lineage = functools.partial(send, async_req=False)
         try:
             self.rc.log_artifact_ref(**ref)
         finally:
