@@ -476,20 +476,23 @@ def test_stop_while_the_supervisor_waits_for_workers_stays_stopped(cluster: Simp
     poll("attempt 1 to train past its first checkpoint",
          lambda: len(_steps(_job_logs(cluster, first["submission_id"]))) > K, 300)
     _set_workers(cluster, 1)  # KubeRay deletes one worker pod and does not replace it
-    poll("the supervisor to wait for the workers", lambda: any(
-        "waiting_for_workers" in ln for p in _supervisor_pods(cluster, "waiting")
-        for ln in cluster.core.read_namespaced_pod_log(p.metadata.name, NS, _preload_content=False)
-        .data.decode().splitlines()), 300)
-    code, _, err = cluster.mr("stop", "waiting", "-y")
-    assert code == 0, err[-2000:]
-    assert not _supervisor_pods(cluster, "waiting")  # stop returned once its pods were gone
-    assert _status(cluster, "waiting")["status"] == "STOPPED"
-    _set_workers(cluster, 2)
-    poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
-    st = _status(cluster, "waiting")
-    assert st["status"] == "STOPPED" and len(st["attempts"]) == 1, st
-    assert len(_ray_jobs(cluster, "waiting")) == 1  # nothing submitted another attempt
-    assert not _supervisor_pods(cluster, "waiting")
+    try:
+        poll("the supervisor to wait for the workers", lambda: any(
+            "waiting_for_workers" in ln for p in _supervisor_pods(cluster, "waiting")
+            for ln in cluster.core.read_namespaced_pod_log(p.metadata.name, NS, _preload_content=False)
+            .data.decode().splitlines()), 300)
+        code, _, err = cluster.mr("stop", "waiting", "-y")
+        assert code == 0, err[-2000:]
+        assert not _supervisor_pods(cluster, "waiting")  # stop returned once its pods were gone
+        assert _status(cluster, "waiting")["status"] == "STOPPED"
+        _set_workers(cluster, 2)
+        poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
+        st = _status(cluster, "waiting")
+        assert st["status"] == "STOPPED" and len(st["attempts"]) == 1, st
+        assert len(_ray_jobs(cluster, "waiting")) == 1  # nothing submitted another attempt
+        assert not _supervisor_pods(cluster, "waiting")
+    finally:  # the module's next tests need both workers, whatever happened here
+        _set_workers(cluster, 2)
 
 
 def _set_workers(live: SimpleNamespace, n: int) -> None:
