@@ -277,23 +277,22 @@ class PolyaxonReporter:
             del self.rc.log_artifact_lineage  # the class's own method again
 
     @staticmethod
-    def _retried(what: str, call: Any) -> bool:
+    def _retried(what: str, call: Any) -> None:
         """``call()``, tried again (up to FINAL_STATUS_ATTEMPTS in all, 1..16 s apart) when Polyaxon did not handle
         it: a connection error, a 5xx, or the 405 its sandbox answers to a write that comes while it serves another
         (seen under load on the outputs and the final status of a run that ended seconds after it was created). A
-        request Polyaxon refused (another 4xx) is not repeated. False (and one warning) if it never went through."""
+        request Polyaxon refused (another 4xx) is not repeated; one warning if it never went through."""
         for attempt in range(FINAL_STATUS_ATTEMPTS):
             try:
                 call()
-                return True
+                return
             except Exception as e:  # noqa: BLE001
                 status = getattr(e, "status", None)
                 again = status is None or status == 405 or (isinstance(status, int) and status >= 500)
                 if not again or attempt + 1 == FINAL_STATUS_ATTEMPTS:
                     _warn(f"could not {what} ({attempt + 1} attempt(s)): {e}")
-                    return False
+                    return
                 time.sleep(2.0 ** attempt)
-        return False
 
     def close(self) -> None:
         if self.closed:

@@ -30,17 +30,25 @@ def reporter_module():
     return module
 
 
-def test_a_supervisor_started_again_reports_nothing_twice(polyaxon_server, tmp_path):
+def tracked_run_and_log(polyaxon_server, name: str, rollouts: int) -> tuple:
+    """(TrackedRuns of PROJECT, the uuid of a new run ``name``, what the STAND-IN trainer prints for ``rollouts``
+    rollouts with an eval every 3)."""
     from miles_ray.adapters.polyaxon_api import PolyaxonApi
     from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns
-    from miles_ray.core.metrics import parse_metrics
 
     polyaxon_server.create_project(PROJECT)
     runs = TrackedRuns(PolyaxonApi(host=polyaxon_server.host), "default", PROJECT)
-    uuid = runs.create("rep-1", inputs={"command": "train.py"}, tags=["miles-ray"], meta={"miles_ray_run": "rep-1"})
+    uuid = runs.create(name, inputs={"command": "train.py"}, tags=["miles-ray"], meta={"miles_ray_run": name})
     log = subprocess.run([sys.executable, str(REPO / "tests" / "fakes" / "fake_metrics_train.py"), "--num-rollout",
-                          "6", "--eval-interval", "3", "--eval-prompt-data", "aime", "/d"],
+                          str(rollouts), "--eval-interval", "3", "--eval-prompt-data", "aime", "/d"],
                          capture_output=True, text=True, check=True).stdout
+    return runs, uuid, log
+
+
+def test_a_supervisor_started_again_reports_nothing_twice(polyaxon_server, tmp_path):
+    from miles_ray.core.metrics import parse_metrics
+
+    runs, uuid, log = tracked_run_and_log(polyaxon_server, "rep-1", 6)
     section = {"host": polyaxon_server.host, "owner": "default", "project": PROJECT, "run_uuid": uuid,
                "work_dir": str(tmp_path / "work")}
     module = reporter_module()
@@ -123,19 +131,11 @@ def test_outputs_and_final_status_go_through_a_405(polyaxon_server, tmp_path):
     """Polyaxon's sandbox answers 405 to a write that comes while it serves another (seen on the outputs of a run that
     ended seconds after it was created): the reporter tries the outputs, the lineage and the final status again, so
     the run ends SUCCEEDED with its outputs. The 405s come from a fault-injecting proxy in front of the real server."""
-    from miles_ray.adapters.polyaxon_api import PolyaxonApi
-    from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns
-
-    polyaxon_server.create_project(PROJECT)
-    runs = TrackedRuns(PolyaxonApi(host=polyaxon_server.host), "default", PROJECT)
-    uuid = runs.create("rep-405", inputs={"command": "train.py"}, tags=["miles-ray"], meta={"miles_ray_run": "rep-405"})
-    log = subprocess.run([sys.executable, str(REPO / "tests" / "fakes" / "fake_metrics_train.py"), "--num-rollout",
-                          "3", "--eval-interval", "3", "--eval-prompt-data", "aime", "/d"],
-                         capture_output=True, text=True, check=True).stdout
+    runs, uuid, log = tracked_run_and_log(polyaxon_server, "rep-405", 3)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text("3\n")
-    refused: dict[str, int] = {}
+    refused: set[str] = set()
     ending: list[bool] = []
 
     def refuse(method: str, path: str) -> bool:  # the first write of each kind the run's end makes
@@ -144,9 +144,9 @@ def test_outputs_and_final_status_go_through_a_405(polyaxon_server, tmp_path):
         kind = ("outputs" if method == "PATCH" and path.rstrip("/").endswith(f"/runs/{uuid}") else
                 "lineage" if method == "POST" and "/lineage/artifacts" in path else
                 "status" if method == "POST" and path.rstrip("/").endswith("/statuses") else None)
-        if kind is None or refused.get(kind):
+        if kind is None or kind in refused:
             return False
-        refused[kind] = 1
+        refused.add(kind)
         return True
 
     with refusing_proxy(polyaxon_server.host, refuse) as proxy:
@@ -157,7 +157,7 @@ def test_outputs_and_final_status_go_through_a_405(polyaxon_server, tmp_path):
         reporter.log_chunk(1, log)
         ending.append(True)
         reporter.finished({"event": "finished", "status": "SUCCEEDED", "reason": "the job succeeded"})
-    assert set(refused) == {"outputs", "lineage", "status"}, (refused, proxy.seen)
+    assert refused == {"outputs", "lineage", "status"}, (refused, proxy.seen)
     run = runs.run(uuid)
     assert run["status"] == "succeeded", run["status"]
     assert "eval__aime" in run["outputs"] and "train__loss" in run["outputs"], run["outputs"]

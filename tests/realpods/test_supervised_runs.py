@@ -485,14 +485,13 @@ def test_stop_while_the_supervisor_waits_for_workers_stays_stopped(cluster: Simp
         assert code == 0, err[-2000:]
         assert not _supervisor_pods(cluster, "waiting")  # stop returned once its pods were gone
         assert _status(cluster, "waiting")["status"] == "STOPPED"
+    finally:  # the worker comes back; the module's next tests need both workers, whatever happened above
         _set_workers(cluster, 2)
-        poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
-        st = _status(cluster, "waiting")
-        assert st["status"] == "STOPPED" and len(st["attempts"]) == 1, st
-        assert len(_ray_jobs(cluster, "waiting")) == 1  # nothing submitted another attempt
-        assert not _supervisor_pods(cluster, "waiting")
-    finally:  # the module's next tests need both workers, whatever happened here
-        _set_workers(cluster, 2)
+    poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
+    st = _status(cluster, "waiting")
+    assert st["status"] == "STOPPED" and len(st["attempts"]) == 1, st
+    assert len(_ray_jobs(cluster, "waiting")) == 1  # nothing submitted another attempt
+    assert not _supervisor_pods(cluster, "waiting")
 
 
 def _set_workers(live: SimpleNamespace, n: int) -> None:
