@@ -64,7 +64,7 @@ PARSER = _metrics_parser()
 REQUIRED = ("host", "owner", "project", "run_uuid")
 PX_STATUS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
 REASON = "MilesRaySupervisor"
-FINAL_STATUS_ATTEMPTS = 6  # 1 + 5 retries, 1+2+4+8+16 s apart
+WRITE_ATTEMPTS = 6  # 1 + 5 retries, 1+2+4+8+16 s apart
 
 
 def _warn(message: str) -> None:
@@ -148,12 +148,14 @@ class PolyaxonReporter:
         try:
             if kind == "attempt_started":
                 self.current_job = ev.get("submission_id") or self.current_job
-                self._status("running", f"attempt {ev.get('attempt')} (Ray job {ev.get('submission_id')})"
-                             + (f", resuming from {ev['resumed_from']}" if ev.get("resumed_from") else ""))
-                self.rc.log_outputs(async_req=False, attempts=int(ev.get("attempt") or 1))
+                message = (f"attempt {ev.get('attempt')} (Ray job {ev.get('submission_id')})"
+                           + (f", resuming from {ev['resumed_from']}" if ev.get("resumed_from") else ""))
+                self._retried("log the status running", lambda: self._status("running", message))
+                self._retried("log the attempt number", lambda: self.rc.log_outputs(
+                    async_req=False, attempts=int(ev.get("attempt") or 1)))
             elif kind == "attempt_ended" and ev.get("retry"):
-                self._status("retrying", f"attempt {ev.get('attempt')} ended {ev.get('status')}: "
-                                         f"{ev.get('reason')}; {ev.get('why')}")
+                message = f"attempt {ev.get('attempt')} ended {ev.get('status')}: {ev.get('reason')}; {ev.get('why')}"
+                self._retried("log the status retrying", lambda: self._status("retrying", message))
             elif kind == "finished":
                 self.finish(str(ev.get("status") or "FAILED"), ev.get("reason") or ev.get("why"))
         except Exception as e:  # noqa: BLE001 - Polyaxon being unwell never stops the run
@@ -278,18 +280,19 @@ class PolyaxonReporter:
 
     @staticmethod
     def _retried(what: str, call: Any) -> None:
-        """``call()``, tried again (up to FINAL_STATUS_ATTEMPTS in all, 1..16 s apart) when Polyaxon did not handle
+        """``call()``, tried again (up to WRITE_ATTEMPTS in all, 1..16 s apart) when Polyaxon did not handle
         it: a connection error, a 5xx, or the 405 its sandbox answers to a write that comes while it serves another
-        (seen under load on the outputs and the final status of a run that ended seconds after it was created). A
+        (seen under load on the outputs and the statuses of a run). Every status, the outputs and the lineage go
+        through here: a run left "created" while it trains, or "running" after it ended, misleads whoever looks. A
         request Polyaxon refused (another 4xx) is not repeated; one warning if it never went through."""
-        for attempt in range(FINAL_STATUS_ATTEMPTS):
+        for attempt in range(WRITE_ATTEMPTS):
             try:
                 call()
                 return
             except Exception as e:  # noqa: BLE001
                 status = getattr(e, "status", None)
                 again = status is None or status == 405 or (isinstance(status, int) and status >= 500)
-                if not again or attempt + 1 == FINAL_STATUS_ATTEMPTS:
+                if not again or attempt + 1 == WRITE_ATTEMPTS:
                     _warn(f"could not {what} ({attempt + 1} attempt(s)): {e}")
                     return
                 time.sleep(2.0 ** attempt)

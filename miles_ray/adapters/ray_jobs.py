@@ -198,14 +198,14 @@ def cluster_topology(address: str, timeout: float = 5.0) -> dict:
 
 def head_node(address: str, timeout: float = 5.0) -> dict:
     """The head now serving ``address`` as Ray knows it (``GET /api/v0/nodes``): ``node_id`` of the ALIVE head
-    node (None if none is ALIVE), ``started_ms`` (when it started, if Ray says) and ``alive`` (the ids of every
-    ALIVE node: a job whose driver node is not among them runs nowhere)."""
+    node (None if none is ALIVE) and ``alive`` (the ids of every ALIVE node: a job whose driver node is not among
+    them runs nowhere)."""
     address = normalize_address(address)
     payload = _get_json(address, "/api/v0/nodes?limit=10000", timeout)
     data = (payload.get("data") or {}).get("result") or {}
     rows = [n for n in (data.get("result", []) if isinstance(data, dict) else data) or [] if n.get("state") == "ALIVE"]
     head = next((n for n in rows if n.get("is_head_node")), None) or {}
-    return {"node_id": head.get("node_id"), "started_ms": head.get("start_time_ms"),
+    return {"node_id": head.get("node_id"),
             "alive": sorted(n.get("node_id") for n in rows if n.get("node_id"))}
 
 

@@ -127,26 +127,25 @@ def refusing_proxy(upstream: str, refuse: Callable[[str, str], bool]) -> Iterato
         thread.join(timeout=10)
 
 
-def test_outputs_and_final_status_go_through_a_405(polyaxon_server, tmp_path):
-    """Polyaxon's sandbox answers 405 to a write that comes while it serves another (seen on the outputs of a run that
-    ended seconds after it was created): the reporter tries the outputs, the lineage and the final status again, so
-    the run ends SUCCEEDED with its outputs. The 405s come from a fault-injecting proxy in front of the real server."""
+def test_statuses_and_outputs_go_through_a_405(polyaxon_server, tmp_path):
+    """Polyaxon's sandbox answers 405 to a write that comes while it serves another (seen on the statuses and the
+    outputs of runs under load): the reporter tries each write again, so the run shows "running" while its attempt
+    runs and ends SUCCEEDED with its outputs and lineage. The 405s come from a fault-injecting proxy in front of the
+    real server: it refuses the first write of each kind when the attempt starts, and again at the run's end."""
     runs, uuid, log = tracked_run_and_log(polyaxon_server, "rep-405", 3)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text("3\n")
-    refused: set[str] = set()
-    ending: list[bool] = []
+    phase = ["start"]
+    refused: set[tuple[str, str]] = set()
 
-    def refuse(method: str, path: str) -> bool:  # the first write of each kind the run's end makes
-        if not ending:
-            return False
+    def refuse(method: str, path: str) -> bool:
         kind = ("outputs" if method == "PATCH" and path.rstrip("/").endswith(f"/runs/{uuid}") else
                 "lineage" if method == "POST" and "/lineage/artifacts" in path else
                 "status" if method == "POST" and path.rstrip("/").endswith("/statuses") else None)
-        if kind is None or kind in refused:
+        if kind is None or (phase[0], kind) in refused:
             return False
-        refused.add(kind)
+        refused.add((phase[0], kind))
         return True
 
     with refusing_proxy(polyaxon_server.host, refuse) as proxy:
@@ -154,10 +153,13 @@ def test_outputs_and_final_status_go_through_a_405(polyaxon_server, tmp_path):
                    "work_dir": str(tmp_path / "work"), "checkpoint_dir": str(ckpt)}
         reporter = reporter_module().make_reporter(section)
         reporter.attempt_started({"event": "attempt_started", "attempt": 1, "submission_id": "rep-405"})
+        started = runs.run(uuid)
         reporter.log_chunk(1, log)
-        ending.append(True)
+        phase[0] = "end"
         reporter.finished({"event": "finished", "status": "SUCCEEDED", "reason": "the job succeeded"})
-    assert refused == {"outputs", "lineage", "status"}, (refused, proxy.seen)
+    assert refused == {("start", "status"), ("start", "outputs"), ("end", "outputs"), ("end", "lineage"),
+                       ("end", "status")}, (refused, proxy.seen)
+    assert started["status"] == "running" and started["outputs"]["attempts"] == 1, started
     run = runs.run(uuid)
     assert run["status"] == "succeeded", run["status"]
     assert "eval__aime" in run["outputs"] and "train__loss" in run["outputs"], run["outputs"]

@@ -197,6 +197,22 @@ def test_runs_compare_and_polyaxon_agree_on_the_final_values(env, cli):
             assert outputs[polyaxon_metric_name(name)] == row[side], (run, name)
 
 
+def until_running(runs, uuid: str, run: str) -> None:
+    """Wait (up to 120 s) until the Polyaxon run of ``run`` shows "running" (its supervisor started attempt 1)."""
+    deadline = time.monotonic() + 120
+    while (px := runs.run(uuid))["status"] != "running":
+        assert time.monotonic() < deadline, (px["status"], supervisor_stderr(run))
+        time.sleep(0.5)
+
+
+def supervisor_stderr(run: str) -> str:
+    """The last lines the run's supervisor (and its Polyaxon reporter) wrote to stderr."""
+    from miles_ray.adapters.local_ray.supervisor import LocalSupervisor
+
+    path = LocalSupervisor(run, state_of(run).get("supervisor", {}).get("where")).dir / "stderr.log"
+    return path.read_text()[-3000:] if path.exists() else f"(no {path})"
+
+
 def state_of(run: str) -> dict:
     from miles_ray.adapters import state
 
@@ -220,10 +236,7 @@ def test_stop_stops_the_ray_job_the_supervisor_and_the_polyaxon_run(env, cli):
     assert code == 0, err
     uuid = state_of("px-stop")["polyaxon_run_uuid"]
     runs = tracked(env)
-    deadline = time.monotonic() + 120
-    while runs.run(uuid)["status"] != "running":  # its supervisor has started attempt 1
-        assert time.monotonic() < deadline, runs.run(uuid)
-        time.sleep(0.5)
+    until_running(runs, uuid, "px-stop")  # its supervisor has started attempt 1
     code, out, err = cli("stop", "px-stop", "--yes", "-o", "json")
     assert code == 0, err
     assert json.loads(out)["stopped"] is True
@@ -277,10 +290,7 @@ def test_a_run_stopped_in_polyaxon_stops_its_ray_job(env, cli):
     assert code == 0, err
     uuid = state_of("px-pxstop")["polyaxon_run_uuid"]
     runs = tracked(env)
-    deadline = time.monotonic() + 120
-    while runs.run(uuid)["status"] != "running":
-        assert time.monotonic() < deadline, runs.run(uuid)
-        time.sleep(0.5)
+    until_running(runs, uuid, "px-pxstop")
     runs.api.stop_run("default", PROJECT, uuid)
     deadline = time.monotonic() + 120
     while True:

@@ -83,8 +83,8 @@ def head_now(monkeypatch, tmp_path):
     """The head serving now: NEW, with the given job info (None: it has no such job)."""
     monkeypatch.setenv("MILES_RAY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(ray_job, "serving_pod", lambda url: {"pod": NEW["pod"], "pod_uid": NEW["pod_uid"]})
-    monkeypatch.setattr(ray_jobs, "head_node", lambda url, timeout=5: {"node_id": NEW["node_id"], "started_ms": 1,
-                                                           "alive": [NEW["node_id"], "w" * 56]})
+    monkeypatch.setattr(ray_jobs, "head_node", lambda url, timeout=5: {"node_id": NEW["node_id"],
+                                                                                 "alive": [NEW["node_id"], "w" * 56]})
     jobs = {}
 
     def status(url, job_id):
