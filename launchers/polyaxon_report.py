@@ -280,8 +280,8 @@ class PolyaxonReporter:
 
     @staticmethod
     def _retried(what: str, call: Any) -> None:
-        """``call()``, tried again (up to WRITE_ATTEMPTS in all, 1..16 s apart) when Polyaxon did not handle
-        it: a connection error, a 5xx, or the 405 its sandbox answers to a write that comes while it serves another
+        """``call()``, tried again (up to WRITE_ATTEMPTS in all, 1..16 s apart) when Polyaxon did not handle it: a
+        connection error, a 5xx, a 429, or the 405 its sandbox answers to a write that comes while it serves another
         (seen under load on the outputs and the statuses of a run). Every status, the outputs and the lineage go
         through here: a run left "created" while it trains, or "running" after it ended, misleads whoever looks. A
         request Polyaxon refused (another 4xx) is not repeated; one warning if it never went through."""
@@ -291,7 +291,7 @@ class PolyaxonReporter:
                 return
             except Exception as e:  # noqa: BLE001
                 status = getattr(e, "status", None)
-                again = status is None or status == 405 or (isinstance(status, int) and status >= 500)
+                again = status is None or status in (405, 429) or (isinstance(status, int) and status >= 500)
                 if not again or attempt + 1 == WRITE_ATTEMPTS:
                     _warn(f"could not {what} ({attempt + 1} attempt(s)): {e}")
                     return

@@ -77,6 +77,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
 
 
 _TIER_SECONDS: dict[str, float] = {}
+_MODULE_SECONDS: dict[str, float] = {}
 
 
 def tier_of(nodeid: str) -> str:
@@ -89,6 +90,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Add each phase's duration (set-up of shared fixtures included) to its tier, tests/<tier>/..."""
     tier = tier_of(report.nodeid)
     _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+    module = report.nodeid.split("::")[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 — pytest's own reporter type
@@ -97,3 +100,7 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 — pytes
     if _TIER_SECONDS:
         terminalreporter.write_line("time per tier (set-up + tests + tear-down, seconds): " + ", ".join(
             f"{t} {s:.0f}" for t, s in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1])))
+    if len(_MODULE_SECONDS) > 1:  # where the CI budget goes, in the part of the output CI keeps
+        slowest = sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:15]
+        terminalreporter.write_line("slowest test files (seconds): " + ", ".join(
+            f"{m.removeprefix('tests/')} {s:.0f}" for m, s in slowest))
