@@ -89,6 +89,9 @@ def test_two_submits_of_one_run_make_one_job(local_ray, tmp_path, ledger):
     assert n == 1
     assert sorted(json.loads(out)["created"] for _, out, _ in results) == [False, True]
     assert [p.name for p in (tmp_path / "state" / "runs").glob("*.json")] == ["race-run.json"]
+    stop = cli_proc(["stop", "race-run"], env, tmp_path)  # its 2-node rehearsal would go on beside the next tests
+    _, err = stop.communicate(timeout=120)
+    assert stop.returncode == 0, err
 
 
 @pytest.mark.ray

@@ -254,6 +254,8 @@ def test_signal_during_submit_leaves_nothing_then_rerun_submits_once(local_ray, 
     code, out, err = cli(*args)
     assert code == 0 and json.loads(out)["created"] is False, err
     assert _jobs_with_id(local_ray.address, sid) == 1
+    code, _, err = cli("stop", run)  # its 2-node rehearsal would go on beside the next tests
+    assert code == 0, err
 
 
 @pytest.mark.ray
