@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from typing import Callable, Iterator
 import pytest
 
 from tests.conftest import REPO
+from tests.infra.scripts import load_script
 
 pytestmark = [pytest.mark.polyaxon]
 
@@ -24,10 +24,7 @@ PROJECT = "miles-reporter"
 
 
 def reporter_module():
-    spec = importlib.util.spec_from_file_location("polyaxon_report", REPO / "launchers" / "polyaxon_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("launchers/polyaxon_report.py", "miles_ray_polyaxon_report")
 
 
 def tracked_run_and_log(polyaxon_server, name: str, rollouts: int) -> tuple:

@@ -362,14 +362,16 @@ def _workers(live: SimpleNamespace) -> list:
 
 def _ray_nodes(live: SimpleNamespace) -> list[dict]:
     """Ray's node table as the head's dashboard lists it (empty while the head does not answer)."""
-    return (_head_api(live, "/api/v0/nodes?limit=1000&detail=true") or {}).get("data", {}).get("result", {}).get("result", [])
+    got = _head_api(live, "/api/v0/nodes?limit=1000&detail=true") or {}  # (detail: start_time_ms)
+    return got.get("data", {}).get("result", {}).get("result", [])
 
 
 def _gpu_workers_in_ray(live: SimpleNamespace) -> int:
     """GPU workers in Ray now: ALIVE GPU nodes that are worker pods existing now, started after their pod was made. A
     node of a pod deleted a moment ago stays ALIVE until its health checks fail (and its IP may be its replacement's):
     counted, it stood in for the replacement, and the next submit found one GPU node fewer than this said."""
-    made = {p.status.pod_ip: p.metadata.creation_timestamp.timestamp() * 1000 for p in _workers(live) if p.status.pod_ip}
+    made = {p.status.pod_ip: p.metadata.creation_timestamp.timestamp() * 1000
+            for p in _workers(live) if p.status.pod_ip}
     return len({n["node_ip"] for n in _ray_nodes(live)
                 if n["state"] == "ALIVE" and n["resources_total"].get("GPU", 0) > 0 and n["node_ip"] in made
                 and (n.get("start_time_ms") or 0) >= made[n["node_ip"]] - 1000})

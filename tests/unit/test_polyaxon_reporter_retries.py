@@ -3,22 +3,19 @@ case (a 405 from the real server, through a fault-injecting proxy) is tests/inte
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import REPO
+from tests.infra.scripts import load_script
+
+REPORTER = load_script("launchers/polyaxon_report.py", "miles_ray_polyaxon_report")
 
 
 @pytest.fixture
-def reporter(monkeypatch):
-    spec = importlib.util.spec_from_file_location("polyaxon_report_retries", REPO / "launchers" / "polyaxon_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    slept: list[float] = []
-    monkeypatch.setattr(module.time, "sleep", slept.append)
-    module.slept = slept
-    return module
+def slept(monkeypatch) -> list[float]:
+    """The reporter's waits between attempts, recorded instead of slept."""
+    waits: list[float] = []
+    monkeypatch.setattr(REPORTER.time, "sleep", waits.append)
+    return waits
 
 
 class Refused(Exception):
@@ -28,7 +25,7 @@ class Refused(Exception):
 
 
 @pytest.mark.parametrize("status", [None, 405, 429, 500, 503])
-def test_not_handled_is_tried_again_until_it_goes_through(reporter, status, capsys):
+def test_not_handled_is_tried_again_until_it_goes_through(slept, status, capsys):
     calls: list[int] = []
 
     def write() -> None:
@@ -36,31 +33,31 @@ def test_not_handled_is_tried_again_until_it_goes_through(reporter, status, caps
         if len(calls) < 3:
             raise Refused(status)
 
-    reporter.PolyaxonReporter._retried("log the status running", write)
-    assert len(calls) == 3 and reporter.slept == [1.0, 2.0]
+    REPORTER.PolyaxonReporter._retried("log the status running", write)
+    assert len(calls) == 3 and slept == [1.0, 2.0]
     assert "could not" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 409])
-def test_refused_is_not_repeated_and_said_once(reporter, status, capsys):
+def test_refused_is_not_repeated_and_said_once(slept, status, capsys):
     calls: list[int] = []
 
     def write() -> None:
         calls.append(1)
         raise Refused(status)
 
-    reporter.PolyaxonReporter._retried("log the status running", write)
-    assert len(calls) == 1 and reporter.slept == []
+    REPORTER.PolyaxonReporter._retried("log the status running", write)
+    assert len(calls) == 1 and slept == []
     assert capsys.readouterr().err.count("could not log the status running (1 attempt(s))") == 1
 
 
-def test_a_write_that_never_goes_through_gives_up_after_the_bound(reporter, capsys):
+def test_a_write_that_never_goes_through_gives_up_after_the_bound(slept, capsys):
     calls: list[int] = []
 
     def write() -> None:
         calls.append(1)
         raise Refused(503)
 
-    reporter.PolyaxonReporter._retried("log the final status SUCCEEDED", write)
-    assert len(calls) == reporter.WRITE_ATTEMPTS and reporter.slept == [1.0, 2.0, 4.0, 8.0, 16.0]
-    assert f"({reporter.WRITE_ATTEMPTS} attempt(s))" in capsys.readouterr().err
+    REPORTER.PolyaxonReporter._retried("log the final status SUCCEEDED", write)
+    assert len(calls) == REPORTER.WRITE_ATTEMPTS and slept == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert f"({REPORTER.WRITE_ATTEMPTS} attempt(s))" in capsys.readouterr().err
