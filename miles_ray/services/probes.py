@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as _dt
 import secrets
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from miles_ray.adapters import ray_jobs
 from miles_ray.core.errors import ClusterError, TimedOut
@@ -71,3 +72,35 @@ def run_probe(url: str, probe: Probe, python: str, progress: Progress = None) ->
         raise ClusterError(f"the {probe.kind} job {job_id} ended {info['status']} without a result ({tail[:400]})",
                            hint="the payload could not run on the head: check the image's python and ray")
     return ProbeRun(job=job_id, status=info["status"], result=result)
+
+
+def side_by_side(*calls: Callable[[], Any] | None) -> list[Any]:
+    """Run the given calls (None: not wanted, its result None) at the same time, each in a thread of its own: two
+    probe jobs (submit's Miles-commit probe and its data preflight; doctor's data checks and Miles commit) cost the
+    time of the longer one, not the sum. Returns the results in order. When calls raised, the first of them in
+    order is raised, once every call has ended (the same error the calls made one after the other would raise
+    first). The threads are daemons: Ctrl-C ends the command at once; the probe jobs end on their own bound."""
+    wanted = [(i, call) for i, call in enumerate(calls) if call is not None]
+    results: list[Any] = [None] * len(calls)
+    if len(wanted) == 1:  # nothing to overlap: in this thread
+        i, call = wanted[0]
+        results[i] = call()
+        return results
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def run(i: int, call: Callable[[], Any]) -> None:
+        try:
+            results[i] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            errors[i] = e
+
+    threads = [threading.Thread(target=run, args=(i, call), name=f"miles-ray-probe-{i}", daemon=True)
+               for i, call in wanted]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for e in errors:
+        if e is not None:
+            raise e
+    return results

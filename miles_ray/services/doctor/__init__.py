@@ -36,6 +36,7 @@ from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
 from miles_ray.services.doctor.ray_checks import (check_local_nodes, check_ray_version, data_findings, miles_findings,
                                                  resume_findings)
 from miles_ray.services.heads import dashboard_address, pick_backend
+from miles_ray.services.probes import side_by_side
 from miles_ray.services.runs import backend_for
 
 __all__ = ["DoctorReport", "Finding", "doctor"]
@@ -158,7 +159,9 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
         if record and record.get("head"):
             findings.append(_run_head(record, url, cfg))
         findings += resume
-        findings += data_findings(cfg, url, head, record, resume_target, timeout, progress, unreached)
-        findings += miles_findings(cfg, url, head, record, progress, unreached)
+        data, miles = side_by_side(  # two probe jobs, at the same time
+            lambda: data_findings(cfg, url, head, record, resume_target, timeout, progress, unreached),
+            lambda: miles_findings(cfg, url, head, record, progress, unreached))
+        findings += data + miles
     return DoctorReport(**report, findings=findings, problems=sum(1 for f in findings if f.status == PROBLEM),
                         warnings=sum(1 for f in findings if f.status == WARNING))

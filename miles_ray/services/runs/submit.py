@@ -29,7 +29,7 @@ from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, V
 from miles_ray.services.check_data import check_data as run_data_check
 from miles_ray.services.heads import recorded_head_auth, resolve_address
 from miles_ray.services.miles_version import check_image_miles
-from miles_ray.services.probes import launchers_dir, payload_python
+from miles_ray.services.probes import launchers_dir, payload_python, side_by_side
 from miles_ray.services.runs import backend_for, polyaxon_tracked
 from miles_ray.services.runs.polyaxon_job import launcher_as_polyaxon_job
 from miles_ray.services.runs.ray_job import RayJob, job_or_none
@@ -279,23 +279,26 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
         raise ClusterError(f"the cluster at {url} does not fit the plan: " + "; ".join(problems),
                            hint=topology_fix(topology, job.plan))
     version = None
-    if job.kind == "ray-job" and job.record["mode"] == "direct":
-        version, answer = check_image_miles(cfg, url, payload_python(job.address),
-                                            asserted=job.record.get("miles_commit"), allow_drift=allow_miles_drift,
-                                            progress=progress)
+    python = payload_python(job.address)
+    direct = job.kind == "ray-job" and job.record["mode"] == "direct"
+    # the two probe jobs run side by side; a Miles refusal is still the error said first
+    image_check, report = side_by_side(
+        (lambda: check_image_miles(cfg, url, python, asserted=job.record.get("miles_commit"),
+                                   allow_drift=allow_miles_drift, progress=progress)) if direct else None,
+        (lambda: run_data_check(cfg, url, job.recipe, job.resume, python=python,
+                                progress=progress)) if job.check_data else None)
+    if image_check is not None:
+        version, answer = image_check
         if answer.entry_exists is False:  # the job would fail at once: refuse before anything is recorded
             raise ConfigError(f"direct mode runs {answer.entry}, which is not on the cluster ({answer.where}: no such "
                               "file)", hint="set miles_root to the Miles checkout in the image (the Miles image has "
                                             "/root/miles), or use the image that has it")
         job = replace(job, record={**job.record, "miles_commit": version.image, "miles_version": version.record()})
-    if job.check_data:
-        report = run_data_check(cfg, url, job.recipe, job.resume, python=payload_python(job.address),
-                                progress=progress)
-        if not report.ok:
-            missing = report.missing
-            raise ClusterError(f"data preflight failed on the cluster ({len(missing)} problem(s)): "
-                               + "; ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""),
-                               hint="'miles-ray check-data' lists every missing path per node")
+    if report is not None and not report.ok:
+        missing = report.missing
+        raise ClusterError(f"data preflight failed on the cluster ({len(missing)} problem(s)): "
+                           + "; ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""),
+                           hint="'miles-ray check-data' lists every missing path per node")
     job = job.with_head_ray_version(cfg, ray_jobs.ray_version(url))
     job = job.with_head((topology.get("head") or {}).get("node_id"), serving_pod(url), started)
 
