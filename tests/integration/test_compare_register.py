@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.infra.fixtures import poll
 
 pytestmark = [pytest.mark.ray]
 
@@ -52,21 +53,35 @@ def env(world, monkeypatch):
     return world
 
 
-def submit_run(cli, world, run, eval_final, *extra):
+def submit_run(cli, world, run, eval_final, *extra) -> bool:
+    """Submit ``run`` without following it (the three run side by side); False when the module already did."""
     if (world["state"] / "runs" / f"{run}.json").exists():
-        return
+        return False
     code, _, err = cli("submit", "--address", world["cluster"].address, "--name", "miles-test", "--run", run,
-                       "--nodes", "1", "--num-rollout", "40", "--follow", "-o", "json", "--miles-commit", "abc123",
+                       "--nodes", "1", "--num-rollout", "40", "--no-follow", "-o", "json", "--miles-commit", "abc123",
                        "--allow-miles-drift", "--env", f"MILESRAY_TEST_FAKE_EVAL_FINAL={eval_final}", *extra)
     assert code == 0, err
+    return True
+
+
+def run_status(cli, run) -> dict:
+    code, out, err = cli("status", run, "-o", "json")
+    assert out, err
+    return json.loads(out)
 
 
 @pytest.fixture
 def runs(env, cli):
-    submit_run(cli, env, "cmp-a", 0.30, "--dataset-revision", "d1", "--model-revision", "m1")
-    submit_run(cli, env, "cmp-b", 0.45, "--dataset-revision", "d1", "--model-revision", "m1")
-    submit_run(cli, env, "cmp-c", 0.90, "--dataset-revision", "d1", "--model-revision", "m1",
-               "--recipe", "Qwen3-4B-aime25", "--recipe-file", str(env["tmp"] / "recipes.yaml"))
+    submitted = [run for run, ok in (
+        ("cmp-a", submit_run(cli, env, "cmp-a", 0.30, "--dataset-revision", "d1", "--model-revision", "m1")),
+        ("cmp-b", submit_run(cli, env, "cmp-b", 0.45, "--dataset-revision", "d1", "--model-revision", "m1")),
+        ("cmp-c", submit_run(cli, env, "cmp-c", 0.90, "--dataset-revision", "d1", "--model-revision", "m1",
+                             "--recipe", "Qwen3-4B-aime25", "--recipe-file", str(env["tmp"] / "recipes.yaml"))))
+        if ok]
+    for run in submitted:
+        st = poll(f"run {run} to end", lambda: (s := run_status(cli, run))["status"] in (
+            "SUCCEEDED", "FAILED", "STOPPED") and s, 300)
+        assert st["status"] == "SUCCEEDED", st
     return env
 
 
