@@ -201,6 +201,9 @@ def main() -> int:
     import ray
 
     started = time.monotonic()
+    from probe_tasks import without_the_jobs_runtime_env
+
+    without_the_jobs_runtime_env()  # the tasks run in the nodes' plain workers (probe_tasks.py)
     ray.init(logging_level="ERROR", log_to_driver=False)
     nodes = target_nodes()
     results = run_round(probe, nodes, spec, timeout)

@@ -48,6 +48,9 @@ def main(argv: list[str]) -> int:
     try:
         import ray
 
+        from probe_tasks import without_the_jobs_runtime_env
+
+        without_the_jobs_runtime_env()  # the tasks run in the nodes' plain workers (probe_tasks.py)
         ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
         ref = ray.remote(num_cpus=0.01)(listing).remote(root, paths)
         ready, _ = ray.wait([ref], timeout=WORKER_WAIT_SECONDS)

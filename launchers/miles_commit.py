@@ -119,6 +119,9 @@ def main(argv: list[str]) -> int:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from probe_tasks import without_the_jobs_runtime_env
+
+        without_the_jobs_runtime_env()  # the tasks run in the nodes' plain workers (probe_tasks.py)
         ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
         workers = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("GPU", 0) > 0]
         workers.sort(key=lambda n: ([int(x) if x.isdigit() else 0 for x in (n.get("NodeManagerAddress") or "").split(".")],
