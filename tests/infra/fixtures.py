@@ -257,6 +257,10 @@ def shared_volume(core_v1: Any, namespace: str) -> Iterator[str]:
         spec=client.V1PersistentVolumeClaimSpec(
             access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv,
             resources=client.V1VolumeResourceRequirements(requests={"storage": "1Ti"}))))
+    # bound before any test uses it: on a busy machine the PV controller can take a while, and a pod of a claim
+    # still unbound is Unschedulable ("unbound immediate PersistentVolumeClaims"), which up rightly reports
+    poll("the claim miles-data to be Bound", lambda: core_v1.read_namespaced_persistent_volume_claim(
+        "miles-data", namespace).status.phase == "Bound", 120)
     yield "miles-data"
     try:
         core_v1.delete_persistent_volume(pv)
