@@ -285,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     address = args.address or os.environ.get("RAY_ADDRESS") or "auto"
     if address.startswith(("http://", "https://")):
         address = "auto"
+    from probe_tasks import without_the_jobs_runtime_env
+
+    without_the_jobs_runtime_env()  # the peers run in the nodes' plain workers (probe_tasks.py)
     ray.init(address=address, logging_level="WARNING", log_to_driver=True)
 
     alive = [n for n in ray.nodes() if n.get("Alive") and float((n.get("Resources") or {}).get("GPU", 0)) > 0]
