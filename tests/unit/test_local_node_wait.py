@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import socket
+import subprocess
 import threading
 import time
 
@@ -56,6 +57,29 @@ def test_a_dashboard_refusing_connections_long_enough_is_a_lost_head():
         nodes.poll_nodes(lambda ns: ns, url, budget=60, head_gone_after=1.0)
     assert time.monotonic() - t0 < 30  # not the attempt's whole budget
     assert f"its dashboard at {url} has refused connections for" in exc.value.reason
+
+
+def test_a_head_whose_ray_start_has_exited_is_lost_at_once_and_a_live_one_is_waited_for():
+    """The head's own `ray start --block` (here a real process) gone: HeadLost at the first look, naming its PID,
+    long before head_gone_after; while it lives, refusals count towards head_gone_after as before."""
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    t0 = time.monotonic()
+    with pytest.raises(nodes.HeadLost) as exc:
+        nodes.poll_nodes(lambda ns: ns, url, budget=60, head_gone_after=30.0, head={"pid": ended.pid, "_popen": ended})
+    assert time.monotonic() - t0 < 10  # not head_gone_after (30 s)
+    assert exc.value.reason.startswith(f"the head node's `ray start` (PID {ended.pid}) has exited")
+    alive = subprocess.Popen(["sleep", "60"])
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(nodes.HeadLost) as exc:
+            nodes.poll_nodes(lambda ns: ns, url, budget=60, head_gone_after=1.0, head={"pid": alive.pid, "_popen": alive})
+        assert f"its dashboard at {url} has refused connections for" in exc.value.reason
+        assert time.monotonic() - t0 >= 1.0
+    finally:
+        alive.kill()
+        alive.wait()
 
 
 def test_without_head_gone_after_refusals_only_time_the_attempt_out():

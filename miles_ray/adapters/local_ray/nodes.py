@@ -79,7 +79,9 @@ RAY_ENV = {
     "RAY_gcs_rpc_server_reconnect_timeout_s": "300",
 }
 # A worker's start is judged through the head's dashboard: when that refuses connections (nothing listens on its
-# port any more) for this long, the head is gone, and restarting the worker cannot help (:class:`HeadLost`)
+# port any more) for this long, the head is gone, and restarting the worker cannot help (:class:`HeadLost`). A
+# head whose own `ray start --block` has exited is gone at once (:func:`poll_nodes` ``head``); this bound covers
+# a head whose processes are no children of that (a dashboard gone while its `ray start` lives on)
 HEAD_GONE_SECONDS = 30.0
 # The dashboard port answering 401/403 to this cluster's own token: another cluster's dashboard took the port
 # between our check that it was free and our head binding it (two clusters starting at once). Waiting cannot
@@ -214,6 +216,7 @@ def poll_nodes(
     budget: float,
     watched: dict | None = None,
     head_gone_after: float | None = None,
+    head: dict | None = None,
 ) -> Any:
     """Poll the state API until ``check(nodes)`` is truthy and return it.
 
@@ -221,7 +224,10 @@ def poll_nodes(
     runs out. Errors and slow answers from the dashboard only mean "not ready yet", except, with
     ``head_gone_after``, connections refused for that many seconds in a row: :class:`HeadLost`, and
     401/403 to this cluster's token for :data:`FOREIGN_DASHBOARD_SECONDS` (another cluster's dashboard on the
-    port): :class:`NodeDidNotStart` at once, so the next attempt picks new ports.
+    port): :class:`NodeDidNotStart` at once, so the next attempt picks new ports. With ``head`` (the head
+    node's process record), the head's ``ray start --block`` having exited is :class:`HeadLost` at once: it
+    exits, taking the head's other processes with it, within a second of any of them dying (its dashboard
+    too), so there is nothing to wait for.
     """
     deadline = time.monotonic() + budget
     last_err = ""
@@ -252,6 +258,10 @@ def poll_nodes(
             elif head_gone_after is not None and time.monotonic() - refused_since >= head_gone_after:
                 raise HeadLost(f"its dashboard at {dashboard_url} has refused connections for "
                                f"{_seconds(time.monotonic() - refused_since)}") from None
+        if head is not None and processes.exited(head):
+            raise HeadLost(f"the head node's `ray start` (PID {head['pid']}) has exited"
+                           + (f", its dashboard at {dashboard_url} refusing connections" if refused_since is not None
+                              else "")) from None
         if watched is not None and processes.exited(watched):
             popen = watched.get("_popen")
             code = popen.returncode if popen is not None else None
@@ -401,6 +411,7 @@ def start_worker(
         record, row = attempt_node(
             worker_args(state, index, node_name), Path(state["temp_dir"]) / "logs" / f"{stem}.log", ready,
             state["dashboard_url"], budget, child_env(state), on_spawn, failed, head_gone_after=HEAD_GONE_SECONDS,
+            head=state.get("head"),
         )
         drop_starting(record)
         worker = {**processes.public(record), "index": index, "ip": ip, "node_id": row.get("node_id"),
@@ -489,6 +500,7 @@ def attempt_node(
     on_spawn: Callable[[dict], None],
     failed: Callable[[dict, int, str], None],
     head_gone_after: float | None = None,
+    head: dict | None = None,
 ) -> tuple[dict, Any]:
     """Spawn one ``ray start`` and wait until ``ready``; on failure stop its session by PID, then re-raise.
 
@@ -499,7 +511,7 @@ def attempt_node(
     record = processes.spawn_ray_start(args, log_path, env)
     try:
         on_spawn(record)
-        got = poll_nodes(ready, dashboard_url, budget, watched=record, head_gone_after=head_gone_after)
+        got = poll_nodes(ready, dashboard_url, budget, watched=record, head_gone_after=head_gone_after, head=head)
     except NodeDidNotStart as exc:
         processes.stop_sessions([record], grace=3)
         failed(record, offset, exc.reason)
