@@ -36,7 +36,7 @@ rm -rf "$VENV"
 UV_PIN=$(grep -m1 '^uv==' "$(dirname "$0")/../constraints.txt" || echo uv)
 # shellcheck disable=SC2086
 if ! { "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$UV_PIN" >&2 \
-       && "$VENV/bin/python" -m uv pip install --quiet --python "$VENV/bin/python" $WANT >&2; }; then
+       && "$VENV/bin/python" -m uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" $WANT >&2; }; then
   echo "haupt-venv: uv could not install it (above); installing with pip instead" >&2
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $WANT >&2
