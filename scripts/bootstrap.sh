@@ -10,7 +10,7 @@ fi
 stamp=.venv/.miles-ray-installed
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "bootstrap: installing miles-ray and its pinned dependencies (first run takes ~15 s with uv, ~1.5 min with pip)" >&2
+  echo "bootstrap: installing miles-ray and its pinned dependencies (first run takes ~25 s with uv, ~1.5 min with pip)" >&2
   # uv (pinned in constraints.txt) installs the same pinned set as pip, several times faster (parallel
   # downloads and unpacking). pip stays the fallback: a machine where uv cannot be had still gets the venv.
   # --compile-bytecode, as pip does by default: Ray's processes never write .pyc files, so without them every

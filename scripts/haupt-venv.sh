@@ -32,10 +32,11 @@ fi
 echo "haupt-venv: creating $VENV ($WANT)" >&2
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-# uv, at the project's pin (constraints.txt), installs it several times faster than pip; pip is the fallback
-UV_PIN=$(grep -m1 '^uv==' "$(dirname "$0")/../constraints.txt" || echo uv)
+# uv, at the project's pin (constraints.txt, as bootstrap.sh installs it), installs it several times faster than
+# pip; pip is the fallback
 # shellcheck disable=SC2086
-if ! { "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$UV_PIN" >&2 \
+if ! { "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+         -c "$(dirname "$0")/../constraints.txt" uv >&2 \
        && "$VENV/bin/python" -m uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" $WANT >&2; }; then
   echo "haupt-venv: uv could not install it (above); installing with pip instead" >&2
   # shellcheck disable=SC2086

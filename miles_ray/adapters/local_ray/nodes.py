@@ -81,7 +81,7 @@ RAY_ENV = {
 # A worker's start is judged through the head's dashboard: when that refuses connections (nothing listens on its
 # port any more) for this long, the head is gone, and restarting the worker cannot help (:class:`HeadLost`). A
 # head whose own `ray start --block` has exited is gone at once (:func:`poll_nodes` ``head``); this bound covers
-# a head whose processes are no children of that (a dashboard gone while its `ray start` lives on)
+# the rest: a caller that passes no head record, and refusals while the head's `ray start` still runs
 HEAD_GONE_SECONDS = 30.0
 # The dashboard port answering 401/403 to this cluster's own token: another cluster's dashboard took the port
 # between our check that it was free and our head binding it (two clusters starting at once). Waiting cannot
