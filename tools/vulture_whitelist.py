@@ -121,6 +121,7 @@ _.force_killed
 _.from_
 _.generation
 _.gpu_ids
+_.grace_cut
 _.head_pid
 _.head_service
 _.job_status

@@ -307,6 +307,22 @@ def test_ray_token_auth_on_the_kuberay_cluster(live: SimpleNamespace) -> None:
     assert token not in out + err
 
 
+def test_a_pods_ray_agent_port_answers_and_a_closed_port_is_told_refused(live: SimpleNamespace) -> None:
+    """What 'down', 'park' and 'scale' read to tell that Ray has stopped in a Polyaxon-made pod being deleted
+    (services/backends/kube_common.LingeringSidecars): through a port-forward, Ray's agent port (52365, on the
+    pod's loopback in every pod KubeRay makes) of a running pod is not refused, a port nothing listens on is; a
+    pod that does not exist is not told refused either (only "connection refused" counts)."""
+    from miles_ray.adapters.kube import port_refused
+    from miles_ray.services.backends.kube_common import RAY_AGENT_PORT
+
+    pods = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items
+    assert len(pods) == 3
+    for p in pods:
+        assert port_refused(live.api, NS, p.metadata.name, RAY_AGENT_PORT) is False, p.metadata.name
+        assert port_refused(live.api, NS, p.metadata.name, 7) is True, p.metadata.name
+    assert port_refused(live.api, NS, "no-such-pod", 7) is False
+
+
 def test_check_data_names_each_missing_path_per_node_then_passes(live: SimpleNamespace) -> None:
     rep = _json(live.mr("check-data", "--address", ADDRESS, "-o", "json"), want=4)
     assert rep["ok"] is False

@@ -495,6 +495,8 @@ def test_park_then_resume_brings_both_workers_back_into_ray(live: SimpleNamespac
                                                          with_conditions=False)["status"] in FINAL_STATUSES, 180)
     # park returned once the run's pods were gone, terminating ones included (they hold their CPUs and GPUs)
     assert not env_pods_all(live, live.raycluster)
+    # the workers' Ray stopped (preStop: ray stop) and only Polyaxon's sidecar was left: miles-ray deleted them at once
+    assert len(parked["grace_cut"]) >= 2, parked
     t = time.monotonic()
     back = _json(live.mr("resume", "--backend", "kubernetes", "--timeout", "600", "-o", "json"))
     live.rp.figures["px_resume_to_workers_in_ray_s"] = round(time.monotonic() - t, 1)
@@ -515,6 +517,8 @@ def test_down_deletes_the_run_and_its_pods_and_keeps_the_claims(live: SimpleName
     assert res["polyaxon_deleted"] == live.uuid
     # down waited for them (120 s at most: then it says how many were left)
     assert not res.get("pods_remaining"), res
+    assert len(res["grace_cut"]) >= 2, res  # as for park
+    assert not res.get("notices"), res  # the agent removed the cluster of the stopped run (not miles-ray's fallback)
     poll("the pods to be gone", lambda: not env_pods_all(live, live.raycluster), 60)
     assert not live.crd.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"]
     runs = PolyaxonApi(host=live.px.host).runs_named(live.px.owner, live.px.project, NAME)

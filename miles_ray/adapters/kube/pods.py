@@ -88,6 +88,34 @@ def pod_rows(pods: list[Any]) -> list[dict]:
     return sorted(out, key=lambda d: (d["role"] != "head", d["name"]))
 
 
+#: The container Polyaxon's converter adds beside Ray in every pod its agent makes.
+POLYAXON_SIDECAR = "polyaxon-sidecar"
+
+
+def lingering_sidecar(pod: Any) -> bool:
+    """Whether ``pod`` (a ``V1Pod``) is a Polyaxon-made pod being deleted with more than a second of grace: Polyaxon's
+    sidecar ignores SIGTERM and waits until the API shows its Ray container ended, which the kubelet
+    posts only once every container of the pod has ended, so such a pod always takes its whole grace period (30 s)."""
+    meta, spec = pod.metadata, pod.spec
+    return (meta.deletion_timestamp is not None and (meta.deletion_grace_period_seconds or 0) > 1
+            and pod.status.phase == "Running" and any(c.name == POLYAXON_SIDECAR for c in spec.containers or []))
+
+
+def delete_pod(api_client, namespace: str, name: str, grace_seconds: int) -> bool:
+    """Delete pod ``name`` with ``grace_seconds`` of grace (0: its object goes at once, and its node kills what
+    still runs in it); False when it is already gone."""
+    from kubernetes import client
+
+    try:
+        client.CoreV1Api(api_client).delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+        return True
+    except Exception as e:  # noqa: BLE001
+        err = api_error(e, f"delete pod {namespace}/{name}")
+        if isinstance(err, NotFound):
+            return False
+        raise err from None
+
+
 def running_head_pod(api_client, namespace: str, cluster: str) -> Any:
     """The RayCluster's running head pod (``V1Pod``); NotFound when it has none, Unreachable when
     it is not running (yet)."""

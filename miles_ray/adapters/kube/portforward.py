@@ -8,7 +8,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from miles_ray.core.errors import Unreachable, from_http_status
+from miles_ray.core.errors import ClusterError, Unreachable, from_http_status
 
 
 def _handshake_failure(e: BaseException) -> tuple[int | None, str]:
@@ -48,6 +48,34 @@ def _open_tunnel(core, namespace: str, pod: str, remote_port: int):
         if status is None:
             raise Unreachable(f"{what} ({message[:300]})", hint=hint) from None
         raise from_http_status(status, f"{what}: HTTP {status}: {message[:300]}", hint) from None
+
+
+def port_refused(api_client, namespace: str, pod: str, port: int, wait: float = 5.0) -> bool:
+    """Whether nothing listens on ``port`` in ``pod`` (on its loopback, where a port-forward connects).
+
+    True only when the pod's node answered the port-forward with "connection refused" (the one signal the node
+    gives, as text on the stream's error channel: containerd and CRI-O both pass the dial's error on). False when
+    something accepted the connection, and on every other outcome (RBAC, a node the API server cannot reach, no
+    answer within ``wait``): those say nothing about the port."""
+    from kubernetes import client
+
+    try:
+        pf, sock = _open_tunnel(client.CoreV1Api(api_client), namespace, pod, port)
+    except ClusterError:
+        return False
+    try:
+        sock.settimeout(wait)
+        try:
+            if sock.recv(1):  # something listens and spoke first
+                return False
+        except OSError:  # timed out: the connection was accepted and waits for a request
+            return False
+        return "connection refused" in (pf.error(port) or "").lower()
+    finally:
+        try:
+            pf.close()
+        except Exception:  # noqa: BLE001 - closing a stream that already ended
+            pass
 
 
 @contextmanager

@@ -13,7 +13,8 @@ from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.builders import RAY_TOKEN_KEY
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.crd_fields import first_unknown_field, kuberay_version_needed, unknown_fields
-from miles_ray.core.errors import ClusterError, ConfigError, Conflict, Invalid, NotFound, TimedOut, Unreachable
+from miles_ray.core.errors import (ClusterError, ConfigError, Conflict, Forbidden, Invalid, NotFound, TimedOut,
+                                   Unreachable)
 from miles_ray.core.heads import k8s_address, service_url
 from miles_ray.core.progress import Progress, say as _say
 from miles_ray.core.queues import kueue_pending_reason, kueue_queue_of, kueue_queued
@@ -24,6 +25,12 @@ from miles_ray.services.backends.idle import idle_report
 from miles_ray.services.queues import check_queue
 
 POLL = 1.0
+#: Ray's dashboard agent listens on this port in every pod KubeRay makes (``--dashboard-agent-listen-port``), on
+#: the pod's loopback too, and stops with the pod's Ray: nothing answers there once Ray has stopped in the pod.
+RAY_AGENT_PORT = 52365
+#: A pod's agent port must refuse twice, this far apart, before its grace period is cut: the raylet ends a moment
+#: after its agent (``ray stop`` signals both) and tells the GCS it is leaving on its way out.
+REFUSED_FOR_SECONDS = 1.0
 STORAGE_KEPT = "kept (PVCs, connections and checkpoints are never deleted)"
 UNSCHEDULABLE_POLLS = 2  # an Unschedulable condition seen on this many polls in a row fails the wait
 
@@ -203,6 +210,53 @@ def polyaxon_preflight(cfg: MilesRayConfig, op: dict, progress: Progress = None)
 
 # -- waiting --------------------------------------------------------------------------------------
 
+class LingeringSidecars:
+    """Deletes at once (grace 0) a Polyaxon-made pod being deleted, once Ray has stopped in it.
+
+    Polyaxon's sidecar (beside Ray in every pod its agent makes) ignores SIGTERM and waits until the API shows its
+    Ray container ended; the kubelet posts that only once every container of the pod has ended, so every such pod
+    holds its node's GPUs for its whole grace period (30 s) although Ray stopped (the converter's ``preStop: ray
+    stop``) within seconds. Once the pod's Ray agent port refuses connections twice, ``REFUSED_FOR_SECONDS`` apart,
+    only the sidecar is left running, and the kubelet would kill it at the end of the grace period anyway. A shorter
+    grace period (1 s) does not help: the kubelet keeps killing with the one it started with (seen on real pods), so
+    the pod is deleted with grace 0: its object goes at once, and its node kills the sidecar. Nothing is cut on any
+    other answer: a port-forward refused by RBAC or an unreachable node says nothing about Ray."""
+
+    def __init__(self, cfg: MilesRayConfig, api, name: str, progress: Progress = None) -> None:
+        self.cfg, self.api, self.name, self.progress = cfg, api, name, progress
+        self.refused: dict[str, float] = {}  # pod -> when its agent port first refused
+        self.cut: set[str] = set()
+        self.forbidden = False
+
+    def __call__(self, rows: list[dict] | None = None) -> None:
+        """Check the cluster's pods (``rows``: ``kube.cluster_pods`` of now, to skip the listing when none is being
+        deleted)."""
+        if self.forbidden or (rows is not None and not any(p["deleting"] for p in rows)):
+            return
+        for pod in kube.list_pods(self.api, self.cfg.namespace, kube.cluster_selector(self.name)):
+            pod_name = pod.metadata.name
+            if pod_name in self.cut or not kube.lingering_sidecar(pod):
+                continue
+            if not kube.port_refused(self.api, self.cfg.namespace, pod_name, RAY_AGENT_PORT, wait=1.5):
+                self.refused.pop(pod_name, None)
+                continue
+            first = self.refused.setdefault(pod_name, time.monotonic())
+            if time.monotonic() - first < REFUSED_FOR_SECONDS:
+                continue
+            try:
+                kube.delete_pod(self.api, self.cfg.namespace, pod_name, 0)
+            except Forbidden:
+                self.forbidden = True
+                _say(self.progress, "cannot delete Polyaxon-made pods whose Ray has stopped (pods delete is not "
+                                    "granted): they go when their grace period ends")
+                return
+            except ClusterError:  # the API did not take it this time (restarting, throttled): the next poll tries
+                continue
+            self.cut.add(pod_name)
+            _say(self.progress, f"Ray has stopped in pod {pod_name}; only Polyaxon's sidecar was left, waiting out "
+                                "the grace period: deleted the pod at once (grace 0)")
+
+
 def _summary(rc: dict | None, pods: list[dict], want: int) -> str:
     workers = [p for p in pods if p["role"] == "worker"]
     head = next((p for p in pods if p["role"] == "head"), None)
@@ -222,11 +276,13 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
     unschedulable_seen: dict[str, int] = {}
     last = ""
     queued = ""  # why Kueue holds the cluster back, while it does
+    lingering = LingeringSidecars(cfg, api, name, progress)  # a scale-down's pods, on the Polyaxon path
     while True:
         try:
             rc = rays.get(cfg.namespace, name)
             pods = kube.cluster_pods(api, cfg.namespace, name)
             queued = _kueue_wait(api, cfg.namespace, name, rc) if kueue_queued(rc) else ""
+            lingering(pods)
         except Unreachable:  # no answer, 5xx or 429: the API server may be restarting
             _say(progress, "Kubernetes API unreachable; still waiting")
             rc, pods = None, None
@@ -505,17 +561,20 @@ def delete_raycluster(cfg: MilesRayConfig, api, name: str, out: Any, wait: bool,
 def wait_gone(cfg: MilesRayConfig, api, name: str, out: Any, timeout: float) -> None:
     """Wait until the RayCluster ``name`` and its pods are gone, even when the RayCluster already is: its pods still
     go gracefully (preStop: ray stop) and hold their GPUs until they are gone (``out.pods_remaining``: what was left
-    at the timeout)."""
+    at the timeout; ``out.grace_cut``: the Polyaxon-made pods :class:`LingeringSidecars` cut short)."""
     deadline = time.monotonic() + timeout
-    while kube.cluster_pods(api, cfg.namespace, name) or kube.RayClusters(api).get(cfg.namespace, name):
+    lingering = LingeringSidecars(cfg, api, name)
+    while (pods := kube.cluster_pods(api, cfg.namespace, name)) or kube.RayClusters(api).get(cfg.namespace, name):
+        lingering(pods)
         if time.monotonic() > deadline:
             out.pods_remaining = len(kube.cluster_pods(api, cfg.namespace, name))
             break
         time.sleep(POLL)
+    out.grace_cut = sorted(lingering.cut)
 
 
 def remove_polyaxon_made(cfg: MilesRayConfig, api, name: str, out: Any, agent_seconds: float, timeout: float) -> None:
-    """After its Polyaxon run was deleted: wait until the RayCluster ``name`` and its pods are gone (``out.deleted``,
+    """After its Polyaxon run was stopped: wait until the RayCluster ``name`` and its pods are gone (``out.deleted``,
     ``out.pods_remaining`` and ``out.notices`` of a :class:`KubeDown`).
 
     Polyaxon's agent deletes the ``Cluster`` it made, and the RayCluster goes with it (its ownerReference). Deleting
@@ -538,7 +597,7 @@ def remove_polyaxon_made(cfg: MilesRayConfig, api, name: str, out: Any, agent_se
             clusters.delete(cfg.namespace, name)
             gone = "the RayCluster"
         out.notices.append(f"Polyaxon's agent had not removed RayCluster {name} {agent_seconds:.0f}s after its run "
-                           f"was deleted: deleted {gone} from here")
+                           f"was stopped: deleted {gone} from here")
     wait_gone(cfg, api, name, out, timeout)
 
 

@@ -23,8 +23,10 @@ from miles_ray.services.backends.results import (DownCluster, KubeDown, KubeResu
                                                  ParkedCluster, ParkResult, PolyaxonRunStatus, Preflight)
 
 
-#: How long 'down' gives Polyaxon's agent to remove the cluster of a deleted run before removing it from here.
+#: How long 'down' gives Polyaxon's agent to remove the cluster of a stopped run before removing it from here.
 AGENT_SECONDS = 60.0
+#: A run in one of these statuses has made nothing on Kubernetes yet: its agent has nothing to remove.
+NOT_HANDED_TO_THE_AGENT = frozenset({"created", "compiled", "on_schedule", "queued"})
 
 #: What Polyaxon's ``polyaxon-sidecar`` (in every pod the agent makes) reads through the in-cluster API as the pod's
 #: service account: the pod and its status (without pods/status it retries forever), the main container's logs,
@@ -102,16 +104,24 @@ def down_status(cfg: MilesRayConfig, down_rec: dict[str, Any]) -> DownCluster:
     return out
 
 
-def _stop_and_delete_run(cfg: MilesRayConfig, rec: dict[str, Any], out: KubeDown) -> None:
-    """Stop the cluster's Polyaxon run, then delete it (Polyaxon's agent removes what it created)."""
+def _stop_run(cfg: MilesRayConfig, rec: dict[str, Any], out: KubeDown) -> str | None:
+    """Stop the cluster's Polyaxon run (Polyaxon's agent then removes what it created); the run's status before."""
     client, owner, project = kc.polyaxon(cfg, rec)
     uuid = rec["polyaxon_uuid"]
     run = client.get_run(owner, project, uuid, with_conditions=False)
     if run.get("status") not in polyaxon_api.FINAL_STATUSES and not run.get("deleting"):
         client.stop_run(owner, project, uuid)
     out.polyaxon_stopped = uuid
-    client.delete_run(owner, project, uuid)
-    out.polyaxon_deleted = uuid
+    return run.get("status")
+
+
+def _delete_run(cfg: MilesRayConfig, rec: dict[str, Any], out: KubeDown) -> None:
+    """Delete the cluster's Polyaxon run, once its agent has acted on the stop: Polyaxon hands its agent only the
+    stopping runs that are not being deleted, so a run deleted right after its stop can keep its cluster (seen on
+    real pods: the agent never removed it, half of the times)."""
+    client, owner, project = kc.polyaxon(cfg, rec)
+    client.delete_run(owner, project, rec["polyaxon_uuid"])
+    out.polyaxon_deleted = rec["polyaxon_uuid"]
 
 
 def _forget(cfg: MilesRayConfig, rec: dict[str, Any]) -> None:
@@ -277,13 +287,16 @@ class PolyaxonBackend:
             # Polyaxon's agent removes the run's cluster; its pods stop gracefully (preStop: ray stop) and hold their
             # CPUs and GPUs until they are gone: a 'resume' right after would find its new pods unschedulable.
             api, deadline = kc.client(cfg), time.monotonic() + timeout
+            lingering = kc.LingeringSidecars(cfg, api, rec["raycluster"], progress)
             while pods := kube.cluster_pods(api, cfg.namespace, rec["raycluster"]):
+                lingering(pods)
                 if time.monotonic() > deadline:
                     raise TimedOut(f"Polyaxon run {rec['polyaxon_uuid']} is stopped but {len(pods)} pod(s) of "
                                    f"{rec['raycluster']} are still there after {timeout:.0f}s",
                                    hint="'miles-ray status' shows them; 'miles-ray park' again waits")
                 say(progress, f"waiting for {len(pods)} pod(s) to go")
                 time.sleep(kc.POLL)
+            out.grace_cut = sorted(lingering.cut)
         return out
 
     def resume(self, cfg: MilesRayConfig, *, wait: bool = True, ray_check: bool = True, timeout: float = 600,
@@ -324,14 +337,26 @@ class PolyaxonBackend:
         name = rec["raycluster"]
         out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=kc.STORAGE_KEPT)
         if kc.without_kubectl(cfg, rec):
-            _stop_and_delete_run(cfg, rec, out)
-            out.update(kubernetes=False, notices=["no kubeconfig: the Polyaxon run was stopped and deleted; its agent "
-                                                  "removes the RayCluster and pods (not watched from here)"])
+            was = _stop_run(cfg, rec, out)
+            notices = ["no kubeconfig: the Polyaxon run was stopped and deleted; its agent removes the RayCluster "
+                       "and pods (not watched from here)"]
+            client, owner, project = kc.polyaxon(cfg, rec)
+            try:  # the agent acts on the stop (and reports it) before the run is deleted: see _delete_run
+                if was not in NOT_HANDED_TO_THE_AGENT and was not in polyaxon_api.FINAL_STATUSES:
+                    client.wait_for_status(owner, project, rec["polyaxon_uuid"], polyaxon_api.FINAL_STATUSES,
+                                           AGENT_SECONDS)
+            except ClusterError:
+                notices.append(f"Polyaxon had not reported run {rec['polyaxon_uuid']} stopped {AGENT_SECONDS:.0f}s "
+                               "after the stop: it was deleted anyway; if its RayCluster stays, a Kubernetes admin "
+                               "deletes it")
+            _delete_run(cfg, rec, out)
+            out.update(kubernetes=False, notices=notices)
         else:
             api = kc.client(cfg)
             if rec.get("polyaxon_uuid"):
-                _stop_and_delete_run(cfg, rec, out)
+                _stop_run(cfg, rec, out)
                 kc.remove_polyaxon_made(cfg, api, name, out, agent_seconds=AGENT_SECONDS, timeout=120)
+                _delete_run(cfg, rec, out)
             else:
                 kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=120, missing_ok=False)
         _forget(cfg, rec)

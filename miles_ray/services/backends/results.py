@@ -339,6 +339,7 @@ class ParkResult(Ordered):
     idle: IdleReport | None = None
     saved_runs: SavedRuns | None = None
     stopped_uuid: str = ""
+    grace_cut: list[str] = Field(default_factory=list)  # Polyaxon-made pods deleted at once once Ray had stopped
 
 
 class KubeResume(Ordered):
@@ -371,6 +372,7 @@ class KubeDown(Ordered):
     notices: list[str] = Field(default_factory=list)
     deleted: bool = False
     pods_remaining: int = 0
+    grace_cut: list[str] = Field(default_factory=list)  # Polyaxon-made pods deleted at once once Ray had stopped
     saved_runs: SavedRuns | None = None
     already_down: bool = False  # set only when there was nothing to delete
 
