@@ -32,7 +32,8 @@ from miles_ray.adapters.kube.secrets import head_auth_ref, head_ray_token, secre
 
 # the names other modules use (``from miles_ray.adapters import kube; kube.load_client(...)``)
 __all__ = ["CRASHLOOP_RESTARTS", "GPU", "RayClusters", "cluster_pods", "cluster_selector", "crd_schema",
-           "crd_served_versions", "custom_object_exists", "delete_pod", "gpu_capacity", "head_auth_ref", "head_ray_token",
-           "installed_crd_versions", "kueue_workload", "lingering_sidecar", "list_pods", "list_quotas", "load_client", "missing_kubeconfig",
-           "namespace_exists", "pod_rows", "port_forward", "port_refused", "pvc_exists", "quantity", "raycluster_crd",
-           "run_pod_once", "running_head_pod", "secret_has_key", "service_ports", "waiting_is_fatal"]
+           "crd_served_versions", "custom_object_exists", "delete_pod", "gpu_capacity", "head_auth_ref",
+           "head_ray_token", "installed_crd_versions", "kueue_workload", "lingering_sidecar", "list_pods",
+           "list_quotas", "load_client", "missing_kubeconfig", "namespace_exists", "pod_rows", "port_forward",
+           "port_refused", "pvc_exists", "quantity", "raycluster_crd", "run_pod_once", "running_head_pod",
+           "secret_has_key", "service_ports", "waiting_is_fatal"]

@@ -228,12 +228,11 @@ class LingeringSidecars:
         self.cut: set[str] = set()
         self.forbidden = False
 
-    def __call__(self, rows: list[dict] | None = None) -> None:
-        """Check the cluster's pods (``rows``: ``kube.cluster_pods`` of now, to skip the listing when none is being
-        deleted)."""
-        if self.forbidden or (rows is not None and not any(p["deleting"] for p in rows)):
-            return
-        for pod in kube.list_pods(self.api, self.cfg.namespace, kube.cluster_selector(self.name)):
+    def pods(self) -> list[Any]:
+        """The cluster's pods (``V1Pod``) of now, each lingering one checked (and deleted at once when its Ray has
+        stopped): a waiting loop lists them once per poll, here, and summarises them with ``kube.pod_rows``."""
+        pods = kube.list_pods(self.api, self.cfg.namespace, kube.cluster_selector(self.name))
+        for pod in [] if self.forbidden else pods:
             pod_name = pod.metadata.name
             if pod_name in self.cut or not kube.lingering_sidecar(pod):
                 continue
@@ -249,12 +248,13 @@ class LingeringSidecars:
                 self.forbidden = True
                 _say(self.progress, "cannot delete Polyaxon-made pods whose Ray has stopped (pods delete is not "
                                     "granted): they go when their grace period ends")
-                return
+                break
             except ClusterError:  # the API did not take it this time (restarting, throttled): the next poll tries
                 continue
             self.cut.add(pod_name)
             _say(self.progress, f"Ray has stopped in pod {pod_name}; only Polyaxon's sidecar was left, waiting out "
                                 "the grace period: deleted the pod at once (grace 0)")
+        return pods
 
 
 def _summary(rc: dict | None, pods: list[dict], want: int) -> str:
@@ -280,9 +280,8 @@ def wait_ready(cfg: MilesRayConfig, api, name: str, want: int, progress: Progres
     while True:
         try:
             rc = rays.get(cfg.namespace, name)
-            pods = kube.cluster_pods(api, cfg.namespace, name)
+            pods = kube.pod_rows(lingering.pods())
             queued = _kueue_wait(api, cfg.namespace, name, rc) if kueue_queued(rc) else ""
-            lingering(pods)
         except Unreachable:  # no answer, 5xx or 429: the API server may be restarting
             _say(progress, "Kubernetes API unreachable; still waiting")
             rc, pods = None, None
@@ -564,8 +563,7 @@ def wait_gone(cfg: MilesRayConfig, api, name: str, out: Any, timeout: float) -> 
     at the timeout; ``out.grace_cut``: the Polyaxon-made pods :class:`LingeringSidecars` cut short)."""
     deadline = time.monotonic() + timeout
     lingering = LingeringSidecars(cfg, api, name)
-    while (pods := kube.cluster_pods(api, cfg.namespace, name)) or kube.RayClusters(api).get(cfg.namespace, name):
-        lingering(pods)
+    while lingering.pods() or kube.RayClusters(api).get(cfg.namespace, name):
         if time.monotonic() > deadline:
             out.pods_remaining = len(kube.cluster_pods(api, cfg.namespace, name))
             break

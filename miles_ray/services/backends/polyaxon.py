@@ -288,8 +288,7 @@ class PolyaxonBackend:
             # CPUs and GPUs until they are gone: a 'resume' right after would find its new pods unschedulable.
             api, deadline = kc.client(cfg), time.monotonic() + timeout
             lingering = kc.LingeringSidecars(cfg, api, rec["raycluster"], progress)
-            while pods := kube.cluster_pods(api, cfg.namespace, rec["raycluster"]):
-                lingering(pods)
+            while pods := lingering.pods():
                 if time.monotonic() > deadline:
                     raise TimedOut(f"Polyaxon run {rec['polyaxon_uuid']} is stopped but {len(pods)} pod(s) of "
                                    f"{rec['raycluster']} are still there after {timeout:.0f}s",
