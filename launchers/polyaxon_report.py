@@ -101,22 +101,28 @@ class PolyaxonReporter:
         self.rc = RunClient(owner=owner, project=project, run_uuid=self.uuid, client=client,
                             manual_exceptions_handling=True)
         self.path = _work_dir(section.get("work_dir"), self.uuid)
-        # Polyaxon's tracking client on the existing (non-managed) run: its event writer for the metrics, no
-        # code/env/log capture of this process (the logs are the Miles job's, given to logs())
+        # What an earlier reporter of this run committed (a supervisor started again re-reads each attempt's log
+        # from its start): the characters of each attempt's log it wrote, and the size of each file then. Its
+        # files are cut back to those sizes, so the files and the offsets agree whenever it was killed.
+        self.offsets_path = self.path + ".offsets.json"
+        self.written, committed = _read_journal(self.offsets_path)
+        if committed is not None:
+            _restore(self.path, committed)
+        # Polyaxon's tracking client on the existing (non-managed) run, no code/env/log capture of this process
+        # (the logs are the Miles job's, given to logs()). Its metric events and the log lines go through
+        # traceml's SYNCHRONOUS writers: the files change only when this reporter commits (its default writers
+        # append from a thread of their own at any moment, so a reporter killed between two commits would leave
+        # lines in its files that the offsets do not count, and a reporter started again would log them twice).
         self.run = tracking.init(owner=owner, project=project, run_uuid=self.uuid, client=client, track_code=False,
                                  track_env=False, track_logs=False, artifacts_path=self.path,
                                  collect_artifacts=False, collect_resources=False)
-        self.run.set_run_event_logger()
-        from traceml.serialization.writer import LogsFileWriter
+        from traceml.serialization.base import EventWriter, LogWriter
 
-        self.log_writer = LogsFileWriter(run_path=self.path)
+        self.run._event_logger = _Synchronous(EventWriter(self.path, backend=EventWriter.EVENTS_BACKEND))
+        self.log_writer = _Synchronous(LogWriter(self.path))
         self.last: dict[str, float] = {}
         self.partial: dict[int, str] = {}
-        # characters of each attempt's log given so far, and those already written here by an earlier reporter of
-        # this run (a supervisor started again re-reads each attempt's log from its start)
-        self.seen: dict[int, int] = {}
-        self.offsets_path = self.path + ".offsets.json"
-        self.written = _read_offsets(self.offsets_path)
+        self.seen: dict[int, int] = {}  # characters of each attempt's log given so far
         self.next_upload = time.monotonic() + self.upload_seconds
         self.closed = False
         self.final: str | None = None
@@ -178,6 +184,7 @@ class PolyaxonReporter:
         if lines[-1]:
             self.partial[attempt] = lines[-1]
         self._lines(lines[:-1], attempt, node)
+        self.commit()
         if time.monotonic() >= self.next_upload:
             self.upload()
 
@@ -211,16 +218,27 @@ class PolyaxonReporter:
         """Write what is pending and upload the run's event and log files to its artifacts (the streams API)."""
         self.next_upload = time.monotonic() + self.upload_seconds
         try:
-            if not self.closed:
-                self.log_writer.flush()
-                self.run._event_logger.flush()
+            self.commit()
             self.run.upload_artifacts_dir(dirpath=self.path, path="", overwrite=True, relative_to=self.path)
             self._follow_a_stop()
-            written = {a: n - len(self.partial.get(a, "")) for a, n in self.seen.items()}
-            with open(self.offsets_path, "w") as fh:
-                json.dump({str(a): max(n, self.written.get(a, 0)) for a, n in written.items()}, fh)
         except Exception as e:  # noqa: BLE001
             _warn(f"could not upload logs and metrics: {e}")
+
+    def commit(self) -> None:
+        """Write the pending lines and metric points to the run's files, then record -- in one atomic replace --
+        how much of each attempt's log those files now hold and each file's size. What Polyaxon holds is what
+        these files hold (each upload overwrites its copies), so a reporter started again from this record
+        (:func:`_restore`) sends each line and point exactly once, wherever the one before it was killed."""
+        if not self.closed:
+            self.log_writer.flush()
+            self.run._event_logger.flush()
+        attempts = {a: max(n - len(self.partial.get(a, "")), self.written.get(a, 0)) for a, n in self.seen.items()}
+        journal = {"version": 2, "attempts": {str(a): n for a, n in sorted({**self.written, **attempts}.items())},
+                   "files": _sizes(self.path)}
+        tmp = f"{self.offsets_path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(journal, fh)
+        os.replace(tmp, self.offsets_path)
 
     def _follow_a_stop(self) -> None:
         """The Polyaxon run was stopped in Polyaxon (its UI, ``polyaxon ops stop``) while the run goes on: stop the
@@ -322,12 +340,66 @@ def _work_dir(given: str | None, uuid: str) -> str:
     return os.path.join(tempfile.mkdtemp(prefix="miles-ray-polyaxon-"), uuid)
 
 
-def _read_offsets(path: str) -> dict[int, int]:
+class _Synchronous:
+    """traceml's synchronous ``EventWriter`` / ``LogWriter`` behind the interface its threaded file writers offer
+    (``add_event(s)``, ``flush``, ``close``): events are kept in memory until :meth:`flush` appends them."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    def add_event(self, event: Any) -> None:
+        self.writer.write(event)
+
+    def add_events(self, events: list[Any]) -> None:
+        self.writer.write(events)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+JOURNALED = ("plxlogs", "events")  # the reporter's own files under its work dir (traceml's layout)
+
+
+def _sizes(path: str) -> dict[str, int]:
+    """The size of every file the reporter writes under ``path``, by path relative to it."""
+    sizes = {}
+    for top in JOURNALED:
+        for root, _dirs, files in os.walk(os.path.join(path, top)):
+            for name in files:
+                full = os.path.join(root, name)
+                sizes[os.path.relpath(full, path)] = os.path.getsize(full)
+    return sizes
+
+
+def _restore(path: str, committed: Mapping[str, int]) -> None:
+    """Cut the reporter's files back to what was committed: a file longer than its recorded size loses its tail (lines
+    written after the last commit, which the log offsets do not count: they are read and written again), a file
+    the record does not name is removed (it was created after the commit)."""
+    for rel, size in _sizes(path).items():
+        full = os.path.join(path, rel)
+        want = committed.get(rel)
+        if want is None:
+            os.remove(full)
+        elif size > want:
+            os.truncate(full, want)
+
+
+def _read_journal(path: str) -> tuple[dict[int, int], dict[str, int] | None]:
+    """(characters of each attempt's log written, sizes of the files then) as :meth:`PolyaxonReporter.commit`
+    recorded them; ({}, None) without a record. A record of an earlier reporter (offsets only, no sizes) gives its
+    offsets and None: its files are left as they are."""
     try:
         with open(path) as fh:
-            return {int(k): int(v) for k, v in json.load(fh).items()}
-    except (OSError, ValueError, AttributeError):
-        return {}
+            data = json.load(fh)
+        if isinstance(data, dict) and data.get("version") == 2:
+            return ({int(k): int(v) for k, v in data["attempts"].items()},
+                    {str(k): int(v) for k, v in data["files"].items()})
+        return {int(k): int(v) for k, v in data.items()}, None
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return {}, None
 
 
 def _latest_iteration(checkpoint_dir: str) -> str | None:

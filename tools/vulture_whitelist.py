@@ -12,6 +12,9 @@ and a name nobody uses (delete it). tests/unit/test_dead_code.py checks that eve
 _.attempt_started
 _.attempt_ended
 _.log_chunk
+# traceml's tracking Run calls its event logger's add_events (Run.log_metrics -> Run._add_events): the reporter's
+# synchronous writer (_Synchronous) stands in that place.
+_.add_events
 
 # -- Typer / click ----------------------------------------------------------------------------------------------
 # The verbs' command functions: cli/app.py VERBS names each by string ("plan" -> ("plan", "plan_cmd", ...)) and

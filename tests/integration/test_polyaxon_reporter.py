@@ -71,6 +71,81 @@ def test_a_supervisor_started_again_reports_nothing_twice(polyaxon_server, tmp_p
     assert run["outputs"]["eval__aime"] == want["eval/aime"]["value"]
 
 
+KILLED_REPORTER = """
+import json, sys, time
+sys.path.insert(0, {repo!r})
+from tests.infra.scripts import load_script
+module = load_script("launchers/polyaxon_report.py", "miles_ray_polyaxon_report")
+section, log, cuts = json.loads(sys.stdin.read())
+reporter = module.make_reporter(section)
+reporter.attempt_started({{"event": "attempt_started", "attempt": 1, "submission_id": "rep"}})
+reporter.log_chunk(1, log[:cuts[0]])
+reporter.upload()  # what Polyaxon holds now, and the offsets of the reporter
+reporter.log_chunk(1, log[cuts[0]:cuts[1]])  # lines it takes in before the next upload
+print("fed", flush=True)
+time.sleep(600)  # killed here (SIGKILL): no upload, no exit handler
+"""
+
+
+def stated_losses(rollouts: int) -> list[tuple[int, float]]:
+    """The ``train/loss`` points the STAND-IN trainer states it prints (its docstring: one ``step`` line per rollout,
+    the loss falling linearly to 0), computed here, not parsed from its log."""
+    return [(rid, round(0.05 * (1 - (rid + 1) / rollouts), 6)) for rid in range(rollouts)]
+
+
+@pytest.mark.parametrize("wait_for_disk", [True, False], ids=["after-its-files-took-the-lines", "right-away"])
+def test_a_reporter_killed_between_two_uploads_sends_each_line_and_point_once(polyaxon_server, tmp_path,
+                                                                                wait_for_disk):
+    """A supervisor is SIGKILLed (a reboot, the OOM killer) after its reporter took in lines that were not uploaded
+    yet; the supervisor started again re-reads the attempt's log from its start: Polyaxon holds each log line and
+    each metric point exactly once. The reporter's files took those lines (its writers append them) before the
+    offsets of the upload said so: a reporter that trusted its last upload's offsets logged them twice (17 of 40
+    points twice in one CI-like run)."""
+    import json
+    import os
+    import signal
+    import time
+
+    rollouts = 12
+    runs, uuid, log = tracked_run_and_log(polyaxon_server, f"rep-kill-{int(wait_for_disk)}", rollouts)
+    work = tmp_path / "work"
+    section = {"host": polyaxon_server.host, "owner": "default", "project": PROJECT, "run_uuid": uuid,
+               "work_dir": str(work), "upload_seconds": 3600}
+    cuts = [log.index("\n", len(log) // 3) + 1, log.index("\n", 2 * len(log) // 3) + 7]  # the 2nd ends mid-line
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_REPORTER.format(repo=str(REPO))], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        proc.stdin.write(json.dumps([section, log, cuts]))
+        proc.stdin.close()
+        said = [""]
+        while said[-1] != "fed":  # (Polyaxon's upload prints its own progress)
+            line = proc.stdout.readline()
+            assert line, f"the reporter ended before it took in its lines: {said}"
+            said.append(line.strip())
+        loss_file = work / uuid / "events" / "metric" / "train__loss.plx"
+        fed = sum(1 for line in log[:cuts[1]].splitlines() if "step " in line and "train/loss" in line)
+        deadline = time.monotonic() + (25 if wait_for_disk else 0)
+        while wait_for_disk and time.monotonic() < deadline:  # its writer has put the 2nd piece's points on disk
+            if loss_file.exists() and len(loss_file.read_text().splitlines()) - 1 >= fed:
+                break
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    module = reporter_module()
+    again = module.make_reporter(section)  # the supervisor started again: the attempt's log from its start
+    again.log_chunk(1, log)
+    again.finished({"event": "finished", "status": "SUCCEEDED", "reason": "the job succeeded"})
+    atexit.unregister(again.close)
+
+    assert runs.logs(uuid) == [line for line in log.splitlines() if line.strip()]
+    got = runs.metrics(uuid, ["train/loss", "eval/aime"])
+    assert got["train/loss"] == stated_losses(rollouts)
+    # Miles' train.py evaluates before training (rollout 0), then after every 3rd rollout (the stand-in's loop)
+    assert [step for step, _ in got["eval/aime"]] == [0] + [rid for rid in range(rollouts) if (rid + 1) % 3 == 0]
+
+
 @contextlib.contextmanager
 def refusing_proxy(upstream: str, refuse: Callable[[str, str], bool]) -> Iterator[SimpleNamespace]:
     """A FAULT-INJECTING proxy in front of the real Polyaxon API server (on 127.0.0.1, stopped on exit): every request
