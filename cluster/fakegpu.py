@@ -53,6 +53,7 @@ BUILD_SH = HERE / "build.sh"
 DEFAULT_DIR = Path(os.environ.get("MILESRAY_TEST_FAKEGPU_DIR", "/tmp/miles-ray-fakegpu"))
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 GPU_RESOURCE = "nvidia.com/gpu"
+FAKE_GPU_MEMORY_MIB = "81559"  # nvidia.com/gpu.memory of the fake GPU nodes (MiB, an H100 80GB's)
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.1/16"
@@ -512,6 +513,7 @@ def node_manifest(name: str, gpus: int, cpu: str, memory: str, pods: int, ip: st
         labels["nvidia.com/gpu.present"] = "true"
         labels["nvidia.com/gpu.count"] = str(gpus)
         labels["nvidia.com/gpu.product"] = "Fake-GPU"
+        labels["nvidia.com/gpu.memory"] = FAKE_GPU_MEMORY_MIB  # as GPU feature discovery labels an H100 80GB
         taints.append({"key": GPU_RESOURCE, "effect": "NoSchedule"})
         capacity[GPU_RESOURCE] = str(gpus)
     return {
@@ -544,6 +546,14 @@ def _create_node(api: Api, manifest: dict[str, Any]) -> None:
         raise FakeGPUError(f"creating node {manifest['metadata']['name']}: HTTP {code}: {body}")
     name = manifest["metadata"]["name"]
     code, node = api.request("GET", f"/api/v1/nodes/{name}")
+    labels = manifest["metadata"]["labels"]
+    if code == 200 and any((node.get("metadata", {}).get("labels") or {}).get(k) != v for k, v in labels.items()):
+        # a node made by an earlier version of this script: the labels it lacks (GPU feature discovery's)
+        code, body = api.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {"labels": labels}},
+                                 "application/merge-patch+json")
+        if code != 200:
+            raise FakeGPUError(f"patching node labels {name}: HTTP {code}: {body}")
+        code, node = api.request("GET", f"/api/v1/nodes/{name}")
     want = manifest["status"]["capacity"]
     have = (node or {}).get("status", {}).get("capacity", {}) if code == 200 else {}
     if any(have.get(k) != v for k, v in want.items()):

@@ -780,7 +780,7 @@ class RealCluster:
         labels = [f"{REAL_NODE_LABEL}=true", f"milesray.io/role={n['role']}"]
         if n["gpus"]:
             labels += ["nvidia.com/gpu.present=true", f"nvidia.com/gpu.count={n['gpus']}",
-                       "nvidia.com/gpu.product=Fake-GPU"]
+                       "nvidia.com/gpu.product=Fake-GPU", "nvidia.com/gpu.memory=81559"]  # an H100 80GB's MiB
         paths = artifact_paths(fg)
         self._start(f"{n['name']}-kubelet", [
             *enter, str(paths["kubelet"]),

@@ -6,6 +6,9 @@ write checkpoints; the head advertises no CPUs, so the task cannot land there); 
 checkpoint dir, from its run record: the ``--save`` of its job): the ``iter_*`` directories and ``latest_checkpointed_iteration.txt``, and says
 whether each PATH is a directory. When no worker has room within 30 s, the listing runs on the driver itself.
 
+Iterations are Miles' numbering (``save(rollout_id)`` -> ``iter_<rollout_id:07d>``): ``iter_N`` holds rollout N trained,
+``iter_0000000`` (rollout 0) is a real checkpoint.
+
 Last line: ``MILES_RAY_PROBE_RESULT {json}`` with ``root``, ``exists``, ``iterations``, ``latest``, ``paths``,
 ``host``, ``ip`` and ``where`` (which node answered). Imports only ray and the standard library.
 """

@@ -14,7 +14,11 @@ cluster), and reports what the supervisor sees:
 * the ``step`` / ``rollout`` / ``eval`` / ``perf`` lines Miles prints, read by the parser ``miles-ray runs compare``
   uses (``metrics.py``, shipped beside the supervisor), as Polyaxon metrics (``tracking`` ``Run.log_metrics``, the
   step being the line's id), and their last values as the run's outputs (what Polyaxon's comparison table shows);
-* the checkpoint directory as an output lineage artifact (``log_artifact_ref``, kind ``dir``).
+* the checkpoint directory as an output lineage artifact (``log_artifact_ref``, kind ``dir``);
+* a diverged loss (a NaN/inf value of a ``train/*loss`` metric: the ``nan_loss`` finding of ``miles-ray status RUN``),
+  told once as the run's output ``nan_loss`` (what happened, at which rollout), at the next upload. Told, never
+  acted on: the run goes on. (A stall is a silence, which a reporter fed by the log does not see: ``miles-ray
+  status RUN`` and ``doctor RUN`` say it.)
 
 And the other way: a Polyaxon run stopped in Polyaxon (its UI, ``polyaxon ops stop``) has the current attempt's Ray
 job stopped (checked at each upload, i.e. while the job prints), as ``miles-ray stop`` does; the supervisor never
@@ -36,6 +40,7 @@ import datetime as _dt
 import functools
 import importlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -126,6 +131,8 @@ class PolyaxonReporter:
         self.next_upload = time.monotonic() + self.upload_seconds
         self.closed = False
         self.final: str | None = None
+        self.diverged: str | None = None  # what a NaN/inf loss line said (the first one), told once as nan_loss
+        self.told = False
         atexit.register(self.close)  # a supervisor ended by a signal (stop RUN) still ships what it has written
 
     # -- the supervisor's events ----------------------------------------------------------------------------
@@ -211,6 +218,8 @@ class PolyaxonReporter:
         if log:
             self.run.log_metrics(step=int(m.group(2)), **values)
         self.last.update(values)
+        if self.diverged is None:  # (also from lines an earlier reporter sent: telling it again changes nothing)
+            self.diverged = _diverged(int(m.group(2)), values)
 
     # -- shipping and the end -------------------------------------------------------------------------------
 
@@ -223,6 +232,19 @@ class PolyaxonReporter:
             self._follow_a_stop()
         except Exception as e:  # noqa: BLE001
             _warn(f"could not upload logs and metrics: {e}")
+        self._tell()
+
+    def _tell(self) -> None:
+        """A diverged loss seen and not told yet: the run's output ``nan_loss`` says it (one try per upload, so a
+        refused write never holds the log up; the next upload tries again)."""
+        if self.diverged is None or self.told:
+            return
+        try:
+            self.rc.log_outputs(async_req=False, nan_loss=self.diverged)
+            self.told = True
+            _warn(f"told the Polyaxon run: {self.diverged}")
+        except Exception as e:  # noqa: BLE001
+            _warn(f"could not tell the Polyaxon run that {self.diverged}: {e}")
 
     def commit(self) -> None:
         """Write the pending lines and metric points to the run's files, then record -- in one atomic replace --
@@ -275,6 +297,8 @@ class PolyaxonReporter:
         from polyaxon.schemas import V1ArtifactKind
 
         outputs = {to_fqn_name(k): v for k, v in self.last.items()}
+        if self.diverged is not None and not self.told:  # (its last upload could not tell it)
+            outputs["nan_loss"] = self.diverged
         if outputs:
             self._retried("log the final metric values as outputs",
                           lambda: self.rc.log_outputs(async_req=False, **outputs))
@@ -325,6 +349,16 @@ class PolyaxonReporter:
             _warn(f"could not write the last logs and metrics: {e}")
         self.closed = True
         self.upload()
+
+
+def _diverged(step: int, values: Mapping[str, Any]) -> str | None:
+    """What a metric line with a NaN/inf ``train/*loss`` says (None: its losses are finite)."""
+    for name, value in sorted(values.items()):
+        if (name.startswith("train/") and name.endswith("loss") and isinstance(value, float)
+                and not math.isfinite(value)):
+            return (f"{name} is {value} at rollout {step}: the loss diverged (the run is not stopped; 'miles-ray "
+                    "status RUN' and 'miles-ray logs RUN' say more)")
+    return None
 
 
 def _work_dir(given: str | None, uuid: str) -> str:

@@ -42,6 +42,7 @@ import socket
 import sys
 import time
 from collections import Counter, defaultdict
+from types import SimpleNamespace
 
 RESULT_PREFIX = "REHEARSAL_RESULT "
 ACTOR_SHAPE = {"train": 0.4, "engine": 0.2}  # GPU (and CPU) of one actor in its bundle, as Miles asks
@@ -314,34 +315,13 @@ def _not_ready(ray, args, n: int) -> tuple[str, dict]:
     return msg + "\n" + table, fields
 
 
-def main(argv: list[str] | None = None) -> int:
-    args, unknown = parse_args(argv)
-    t_start = time.monotonic()
-    layout, placement, errors = plan(args)
-    result: dict = {"ok": False, **layout, "ignored_flags": len(unknown), "errors": errors, "nodes": []}
-    print(
-        f"rehearsal: {layout['mode']} trainer {layout['trainer_gpus']} GPUs"
-        + (" (+ critic)" if layout["critic"] else "")
-        + f", rollout {layout['rollout_gpus']} GPUs ({layout['engines']} engines x {layout['gpus_per_engine']})"
-        + (f", eval {layout['eval_gpus']} GPUs ({layout['eval_engines']} engines x {layout['eval_gpus_per_engine']})"
-           if layout["eval_gpus"] else "")
-        + f", {layout['bundles']} bundles, {args.num_gpus_per_node} GPUs per node",
-        flush=True,
-    )
-    if errors:
-        for err in errors:
-            print(f"ERROR: {err}", flush=True)
-        emit(result)
-        return 1
+class Placed(SimpleNamespace):
+    """What :func:`place` put on the cluster and where each bundle turned out to be (bundle index -> node IP, node
+    id, GPU id; ``order``: logical index -> actual bundle index, as Miles re-sorts them)."""
 
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-    address = args.address or os.environ.get("RAY_ADDRESS") or "auto"  # never start a new cluster
-    if address.startswith(("http://", "https://")):
-        address = "auto"  # a dashboard URL is for the Jobs API; inside a job "auto" finds the GCS
-    ray.init(address=address, logging_level="WARNING", log_to_driver=True)
+def _actor_classes(ray):
+    """The rehearsal's actors, with Miles's shapes (``ray`` is imported only once the plan holds)."""
 
     def _where() -> tuple[str, str, list]:
         return (ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id(),
@@ -377,14 +357,30 @@ def main(argv: list[str] | None = None) -> int:
         def lock_where(self, timeout: float) -> tuple[str, str, list]:
             return ray.get(self.lock.where.remote(), timeout=timeout)
 
+    return TrainActor, EngineActor, RolloutManager
+
+
+def place(ray, args: argparse.Namespace, layout: dict, placement: dict, result: dict,
+          errors: list[str]) -> Placed | None:
+    """Connect to the cluster and place what Miles places: the group, a probe actor in each bundle (where each
+    bundle is), the trainer (and critic) ranks, one actor per node of each engine, the RolloutManager and its engine
+    lock. None when nothing more can be checked (``errors`` and ``result`` say why)."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+    address = args.address or os.environ.get("RAY_ADDRESS") or "auto"  # never start a new cluster
+    if address.startswith(("http://", "https://")):
+        address = "auto"  # a dashboard URL is for the Jobs API; inside a job "auto" finds the GCS
+    ray.init(address=address, logging_level="WARNING", log_to_driver=True)
+    TrainActor, EngineActor, RolloutManager = _actor_classes(ray)
+
     nodes_now = [nd for nd in ray.nodes() if nd.get("Alive")]
     head = next((nd for nd in nodes_now if "node:__internal_head__" in (nd.get("Resources") or {})), None)
     manager_options: dict = {}
     if args.pin_rollout_manager_to_head:
         if head is None:
             errors.append("--pin-rollout-manager-to-head: Ray reports no head node")
-            emit(result)
-            return 1
+            return None
         manager_options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=head["NodeID"], soft=False)
     result["head_node"] = head.get("NodeManagerAddress") if head else None
 
@@ -402,8 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ERROR: {msg}", flush=True)
             result.update(fields)
             remove_placement_group(pg)
-            emit(result)
-            return 1
+            return None
 
     # ---- probe: one actor per bundle reports node IP, node id and GPU id ----------------------
     t1 = time.monotonic()
@@ -419,8 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         where = ray.get([p.where.remote() for p in probes], timeout=args.actor_timeout)
     except Exception as exc:  # GetTimeoutError, actor died
         errors.append(f"bundle actors did not start within {args.actor_timeout:g}s: {type(exc).__name__}: {exc}")
-        emit(result)
-        return 1
+        return None
     infos = [(i, where[i][0], where[i][2][0] if where[i][2] else -1) for i in range(n)]
     order = [i for i, _, _ in sorted(infos, key=sort_key)]  # logical index -> actual bundle index
     ip_of = {i: where[i][0] for i in range(n)}
@@ -471,6 +465,19 @@ def main(argv: list[str] | None = None) -> int:
     result["seconds_actors"] = round(time.monotonic() - t1, 2)
     result["actors"] = {"train": len(train_actors), "critic": len(critic_actors), "engine": len(engine_actors),
                         "rollout_manager": 1, "engine_lock": 1}
+    return Placed(pg=pg, n=n, head=head, order=order, ip_of=ip_of, node_of=node_of, gpu_of=gpu_of,
+                  per_node_gpus=per_node_gpus, trainer=trainer, engine_plan=engine_plan, train_actors=train_actors,
+                  critic_actors=critic_actors, engine_actors=engine_actors, manager=manager,
+                  engine_where=engine_where, train_where=train_where, critic_where=critic_where,
+                  manager_where=manager_where, lock_where=lock_where)
+
+
+def check(ray, args: argparse.Namespace, layout: dict, placement: dict, placed: Placed, result: dict,
+          errors: list[str]) -> dict:
+    """Every check of what :func:`place` placed against what Miles expects (each failure appended to ``errors``);
+    what :func:`report` prints from."""
+    p = placed
+    order, ip_of, node_of, gpu_of, trainer = p.order, p.ip_of, p.node_of, p.gpu_of, p.trainer
 
     # ---- what each actor reports vs. its bundle ------------------------------------------------
     def ranks(actors_where: list, bundles: list[int], role: str) -> list[dict]:
@@ -482,20 +489,21 @@ def main(argv: list[str] | None = None) -> int:
                               f"GPU {gpu_of[b]}")
         return out
 
-    trainer_ranks = ranks(train_where, trainer, "trainer")
-    critic_ranks = ranks(critic_where, [order[s] for s in placement["critic"]], "critic")
+    trainer_ranks = ranks(p.train_where, trainer, "trainer")
+    critic_ranks = ranks(p.critic_where, [order[s] for s in placement["critic"]], "critic")
 
     g = args.num_gpus_per_node
     cluster = {r["node_id"]: r for r in _free_per_node(ray)}
-    for nid in per_node_gpus:
+    for nid in p.per_node_gpus:
         total = cluster.get(nid, {}).get("gpus")
         if total is not None and total != g:
             errors.append(
-                f"--num-gpus-per-node {g} but node {ip_of[next(i for i in range(n) if node_of[i] == nid)]} "
+                f"--num-gpus-per-node {g} but node {ip_of[next(i for i in range(p.n) if node_of[i] == nid)]} "
                 f"has {total:g} GPUs: Miles would derive wrong engine hosts"
             )
+    engine_where = p.engine_where
     engine_actors_out, engines = [], {}
-    for k, ea in enumerate(engine_plan):
+    for k, ea in enumerate(p.engine_plan):
         bundles = [order[s] for s in ea["bundles"]]
         nodes = {node_of[b] for b in bundles}
         entry = {"group": ea["group"], "engine": ea["engine"], "node_of_engine": ea["node_of_engine"],
@@ -534,31 +542,41 @@ def main(argv: list[str] | None = None) -> int:
                     f"trainer is not on whole nodes: node {nid[:8]} has {c} trainer, "
                     f"{rollout_nodes.get(nid, 0)} rollout and {eval_nodes.get(nid, 0)} eval bundles"
                 )
-    if manager_where is not None:
-        result["rollout_manager_node"] = manager_where[0]
-        if args.pin_rollout_manager_to_head and head is not None and manager_where[1] != head["NodeID"]:
-            errors.append(f"the RolloutManager runs on {manager_where[0]}, not on the head {result['head_node']}")
-    if lock_where is not None:
-        result["engine_lock_node"] = lock_where[0]
+    if p.manager_where is not None:
+        result["rollout_manager_node"] = p.manager_where[0]
+        if args.pin_rollout_manager_to_head and p.head is not None and p.manager_where[1] != p.head["NodeID"]:
+            errors.append(f"the RolloutManager runs on {p.manager_where[0]}, not on the head {result['head_node']}")
+    if p.lock_where is not None:
+        result["engine_lock_node"] = p.lock_where[0]
+    return {"trainer_ranks": trainer_ranks, "critic_ranks": critic_ranks, "cluster": cluster,
+            "engine_actors_out": engine_actors_out, "engines": engines, "trainer_nodes": trainer_nodes,
+            "rollout_nodes": rollout_nodes, "eval_nodes": eval_nodes}
 
-    # ---- layout table -------------------------------------------------------------------------
+
+def report(placed: Placed, checked: dict, result: dict, errors: list[str], t_start: float) -> None:
+    """Print the layout (a per-node table, the trainer ranks' and engines' nodes, the RolloutManager's) and the
+    errors, and complete ``result`` with it."""
+    p = placed
+    ip_of, node_of, order = p.ip_of, p.node_of, p.order
+    cluster, engines, trainer_ranks = checked["cluster"], checked["engines"], checked["trainer_ranks"]
+    trainer_nodes, rollout_nodes, eval_nodes = checked["trainer_nodes"], checked["rollout_nodes"], checked["eval_nodes"]
     first_bundle = {}
-    for i in range(n):
+    for i in range(p.n):
         first_bundle.setdefault(node_of[i], i)
     node_ids = sorted(first_bundle, key=lambda nid: sort_key((0, ip_of[first_bundle[nid]], 0)))
-    actors_on = Counter(node_of[order[ea["first"]]] for ea in engine_plan)
+    actors_on = Counter(node_of[order[ea["first"]]] for ea in p.engine_plan)
     rows, nodes_out = [], []
     for nid in node_ids:
         entry = {
             "ip": ip_of[first_bundle[nid]],
             "node_id": nid,
             "gpus": cluster.get(nid, {}).get("gpus"),
-            "bundles": len(per_node_gpus[nid]),
+            "bundles": len(p.per_node_gpus[nid]),
             "trainer_bundles": trainer_nodes.get(nid, 0),
             "rollout_bundles": rollout_nodes.get(nid, 0),
             "eval_bundles": eval_nodes.get(nid, 0),
             "engines": actors_on.get(nid, 0),
-            "gpu_ids": sorted(per_node_gpus[nid]),
+            "gpu_ids": sorted(p.per_node_gpus[nid]),
         }
         nodes_out.append(entry)
         rows.append([entry["ip"], nid[:8], f"{entry['gpus']:g}" if entry["gpus"] is not None else "?", entry["bundles"],
@@ -581,9 +599,9 @@ def main(argv: list[str] | None = None) -> int:
                   "one actor per node", flush=True)
     for (group, ip), ks in on_one_node.items():
         print(f"{group} engine{'s' if len(ks) > 1 else ''} {_ranges(ks)} on {ip}", flush=True)
-    if manager_where is not None:
-        print(f"RolloutManager (1 CPU) on {manager_where[0]}, its engine lock (1 CPU) on "
-              f"{lock_where[0] if lock_where else '?'}", flush=True)
+    if p.manager_where is not None:
+        print(f"RolloutManager (1 CPU) on {p.manager_where[0]}, its engine lock (1 CPU) on "
+              f"{p.lock_where[0] if p.lock_where else '?'}", flush=True)
     for err in errors:
         print(f"ERROR: {err}", flush=True)
 
@@ -592,18 +610,26 @@ def main(argv: list[str] | None = None) -> int:
             "ok": not errors,
             "nodes": nodes_out,
             "trainer_ranks": trainer_ranks,
-            "critic_ranks": critic_ranks,
-            "engine_actors": engine_actors_out,
+            "critic_ranks": checked["critic_ranks"],
+            "engine_actors": checked["engine_actors_out"],
             "engine_layout": list(engines.values()),
             "errors": errors,
             "seconds_total": round(time.monotonic() - t_start, 2),
         }
     )
-    named = [(f"trainer rank {j}", a) for j, a in enumerate(train_actors)]
-    named += [(f"critic rank {j}", a) for j, a in enumerate(critic_actors)]
+
+
+def release(ray, args: argparse.Namespace, placed: Placed, result: dict, errors: list[str]) -> None:
+    """Hold every placed actor for ``--hold`` seconds (when every check passed), then kill them and remove the
+    group."""
+    from ray.util.placement_group import remove_placement_group
+
+    p = placed
+    named = [(f"trainer rank {j}", a) for j, a in enumerate(p.train_actors)]
+    named += [(f"critic rank {j}", a) for j, a in enumerate(p.critic_actors)]
     named += [(f"{ea['group']} engine {ea['engine']} actor {ea['node_of_engine']}", a)
-              for ea, a in zip(engine_plan, engine_actors, strict=True)]
-    named += [("RolloutManager", manager)]
+              for ea, a in zip(p.engine_plan, p.engine_actors, strict=True)]
+    named += [("RolloutManager", p.manager)]
     if args.hold > 0 and not errors:
         errors.extend(_hold(ray, args.hold, named))
         result.update(ok=not errors, errors=errors)
@@ -612,11 +638,41 @@ def main(argv: list[str] | None = None) -> int:
             ray.kill(actor)
         except Exception:  # noqa: BLE001
             pass
-    if pg is not None:
-        remove_placement_group(pg)
+    if p.pg is not None:
+        remove_placement_group(p.pg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, unknown = parse_args(argv)
+    t_start = time.monotonic()
+    layout, placement, errors = plan(args)
+    result: dict = {"ok": False, **layout, "ignored_flags": len(unknown), "errors": errors, "nodes": []}
+    print(
+        f"rehearsal: {layout['mode']} trainer {layout['trainer_gpus']} GPUs"
+        + (" (+ critic)" if layout["critic"] else "")
+        + f", rollout {layout['rollout_gpus']} GPUs ({layout['engines']} engines x {layout['gpus_per_engine']})"
+        + (f", eval {layout['eval_gpus']} GPUs ({layout['eval_engines']} engines x {layout['eval_gpus_per_engine']})"
+           if layout["eval_gpus"] else "")
+        + f", {layout['bundles']} bundles, {args.num_gpus_per_node} GPUs per node",
+        flush=True,
+    )
+    if errors:
+        for err in errors:
+            print(f"ERROR: {err}", flush=True)
+        emit(result)
+        return 1
+
+    import ray
+
+    placed = place(ray, args, layout, placement, result, errors)
+    if placed is None:
+        emit(result)
+        return 1
+    checked = check(ray, args, layout, placement, placed, result, errors)
+    report(placed, checked, result, errors, t_start)
+    release(ray, args, placed, result, errors)
     emit(result)
     return 0 if result["ok"] else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,8 @@ worth retrying (``supervision.classify`` / ``supervision.decide``) waits (bounde
 in Ray again and submits the next attempt, which loads the run's last complete checkpoint.
 
 It says what it does on stdout, one event a line (``MILES_RAY_SUPERVISOR {json}``): ``supervisor_started``,
-``attempt_started`` (attempt, submission_id, started, resumed_from, resumed_iteration, adopted),
+``attempt_started`` (attempt, submission_id, started, resumed_from, resumed_iteration: the checkpoint it loads,
+Miles' numbering -- it starts at rollout resumed_iteration + 1 --, adopted),
 ``waiting_for_workers`` (have, want, deadline), ``attempt_ended`` (attempt, submission_id, status, ended, reason,
 last_step, retry, why), ``finished`` (status SUCCEEDED | FAILED | STOPPED, reason, attempts). Exit 0 once the run's
 end is decided (SUCCEEDED, FAILED or STOPPED: the ``finished`` event says which), 1 when the supervisor itself could
@@ -265,14 +266,13 @@ class Supervisor:
             return None
 
     def checkpoint_progress(self, n: int) -> int | None:
-        """The last step of the newest complete checkpoint, when it is newer than what attempt ``n`` started from:
-        the attempt's progress when its logs could not be read (lost with the head or node its driver ran on)."""
-        latest = self.latest_iteration()
-        start = self.resumed_iteration.get(n)
-        if latest is None or latest <= 0 or (start is not None and latest <= start):
-            return None
-        self.steps[n] = latest - 1
-        return latest - 1
+        """The rollout of the newest complete checkpoint (Miles' numbering: iteration N is saved once rollout N is
+        trained, 0 included), when it is newer than what attempt ``n`` started from: the attempt's progress when its
+        logs could not be read (lost with the head or node its driver ran on)."""
+        step = sv.checkpoint_step(self.latest_iteration(), self.resumed_iteration.get(n))
+        if step is not None:
+            self.steps[n] = step
+        return step
 
     def read_logs(self, n: int, sid: str) -> None:
         try:
@@ -334,7 +334,7 @@ class Supervisor:
                 reason = verdict.reason if status != "FAILED" else f"attempt {n}: {verdict.reason}; not retried: " \
                                                                      f"{decision.why}"
                 return self.finish(status, reason)
-            if not self.wait_for_workers():
+            if not self.wait_for_workers(verdict):
                 return self.finish("FAILED", f"the GPU workers did not come back within {spec.workers_timeout:.0f}s "
                                              f"(want {spec.gpu_workers}) after attempt {n} failed: {verdict.reason}")
             n += 1
@@ -427,17 +427,30 @@ class Supervisor:
                 return sv.classify("FAILED", job.get("message"), self.logs_seen.get(n), lost=lost), self.steps.get(n)
             self.sleep()
 
-    def wait_for_workers(self) -> bool:
-        """Until ``gpu_workers`` GPU workers are ALIVE in Ray (saying so while fewer are), up to
-        ``workers_timeout`` seconds."""
+    def wait_for_workers(self, after: sv.Verdict | None = None) -> bool:
+        """Until ``gpu_workers`` GPU workers are in Ray (saying so while fewer are), up to ``workers_timeout``
+        seconds, counted by the rule of every wait for GPU workers (``supervision.gpu_workers_ready``). The
+        supervisor has no view of the pods, so after an attempt that may have lost a node (``after``: its verdict;
+        None: not known) the nodes ALIVE when the wait starts count only once Ray has had ``NODE_DEATH_SECONDS`` to
+        find a lost one dead: a deleted pod's node, still listed ALIVE until then, never stands in for its
+        replacement. Nodes that joined since count at once."""
         want = self.spec.gpu_workers
         if want <= 0:
             return True
         deadline = time.time() + self.spec.workers_timeout
+        suspect: set[str] = set()
+        if after is None or sv.node_loss_possible(after):
+            try:
+                suspect = {n.get("node_id") for n in self.api.nodes() if n.get("state") == "ALIVE"}
+            except Unreachable:
+                pass  # nothing seen ALIVE: whatever joins later is new
+        # (a wait shorter than twice that -- never one submit makes -- confirms them halfway)
+        settled = time.monotonic() + min(sv.NODE_DEATH_SECONDS, self.spec.workers_timeout / 2)
         said = None
         while True:
             try:
-                have = sv.gpu_workers_alive(self.api.nodes(), self.spec.gpus_per_node)
+                have = len(sv.gpu_workers_ready(self.api.nodes(), self.spec.gpus_per_node,
+                                                 suspect=suspect if time.monotonic() < settled else ()))
             except Unreachable:
                 have = 0
             if have >= want:

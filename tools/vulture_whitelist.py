@@ -16,6 +16,14 @@ _.log_chunk
 # synchronous writer (_Synchronous) stands in that place.
 _.add_events
 
+# -- methods a framework calls on their own class ---------------------------------------------------------------
+# tests/unit/test_dead_code.py also reads methods by their class (a method is not used because another class reads
+# an attribute of its name); the ones only a framework calls, as "Class.method": why. A dict, so vulture reads no name
+# from it.
+{
+    "_Page.size": "cli/common.py: a property of Rich's Console that Console's own code reads and sets (self.size)",
+}
+
 # -- Typer / click ----------------------------------------------------------------------------------------------
 # The verbs' command functions: cli/app.py VERBS names each by string ("plan" -> ("plan", "plan_cmd", ...)) and
 # imports its module with importlib when the verb runs; Typer calls the function.
@@ -39,6 +47,7 @@ _.stop_cmd
 _.submit_cmd
 _.up_cmd
 _.compare_cmd  # cli/compare.py: cli/app.py's GROUPS names it by string as `runs compare`; Typer calls it
+_.plot_cmd  # cli/plot.py: cli/app.py's GROUPS names it by string as `runs plot`; Typer calls it
 _.runs_cmd  # cli/runs.py: @runs_app.callback(), Typer calls it before `runs compare` or alone
 _._root  # cli/app.py: @app.callback(), the global options (--version, --debug); Typer calls it
 # cli/app.py: the lazy click Group; click reads Group.commands and calls list_commands() for the help listing.
@@ -75,16 +84,30 @@ _._gcs_ft  # core/config.py
 _._gcs_ft_password_secret  # core/config.py
 _._gcs_ft_complete  # core/config.py
 _._workers_have_cpus  # core/config.py
+_._gpu_memory  # core/config.py
 _._relative_path  # core/recipes.py
 _._consistent  # core/recipes.py
 # Fields only pydantic reads: validated from the user's YAML and written out by model_dump.
 _.operator  # core/config.py Toleration: dumped into the pods' tolerations (and gpu_capacity's)
 _.effect  # core/config.py Toleration: as operator
 _.tolerationSeconds  # core/config.py Toleration: as operator
-_.max_tokens_per_gpu  # core/recipes.py Recipe: part of content_hash and of the run record's recipe_spec
-_.sglang_mem_fraction_static  # core/recipes.py Recipe: as max_tokens_per_gpu
-_.optimizer_cpu_offload  # core/recipes.py Recipe: as max_tokens_per_gpu
+# core/memory.py MemoryEstimate parts: the -o json "memory" keys scripts compare (issue 36 names them), written by
+# model_dump; the table reads the FitLine rows instead.
+_.parameters_per_gpu
+_.bytes_per_parameter
+_.distributed_optimizer
+_.optimizer_offload
+_.weights_and_optimizer_bytes
+_.activations_bytes
+_.weights_bytes_per_gpu
+_.kv_cache_bytes_per_gpu
+_.bytes_per_node
+_.checkpoint_bytes
+_.checkpoints_kept
+_.bytes_needed
+_.capacity_bytes
 # RunRecord: written to the run record's JSON by model_dump; what reads it back reads the saved dict by key.
+_.memory_check  # core/runs.py: set by submit --no-memory-check (the estimate was not enforced)
 _.schema_  # core/runs.py: "schema" (alias)
 _.image_digest  # core/runs.py: read back by key (core/metrics PROVENANCE, services/registry)
 _.recipe_spec  # core/runs.py: read back by key (core/metrics)
@@ -99,6 +122,7 @@ _.exec_command_gpu
 _.exec_command_multi_node
 _.wait_for_server_ready
 _.num_nodes  # the argument of Miles' exec_command_multi_node that the stand-in must accept
+_.made_by  # miles_ray/core/upstream_jobs.py: a field of the capture pydantic validates (the command that made it)
 
 # -- Rich ----------------------------------------------------------------------------------------------------
 _.overflow  # cli/compare.py folded(): Rich reads Column.overflow when it renders the table
@@ -152,7 +176,6 @@ _.seconds_total
 _.serving_head
 _.stopped_nodes
 _.stopped_uuid
-_.storage
 _.temp_dir
 _.total_cpus
 _.up_seconds

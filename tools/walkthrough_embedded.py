@@ -37,7 +37,7 @@ COMMANDS = [
     f"miles-ray submit --name wt --run q4-b --nodes 4 --num-rollout 60 --resume-from q4-a {SUBMIT} "
     "--env MILESRAY_TEST_FAKE_EVAL_FINAL=0.38 --follow",
     "miles-ray runs compare q4-a q4-b",
-    "miles-ray register q4-b --checkpoint 60 --polyaxon-host {host} --project walkthrough",
+    "miles-ray register q4-b --checkpoint 59 --polyaxon-host {host} --project walkthrough",
     "miles-ray register q4-b --checkpoint 50 --polyaxon-host {host} --project walkthrough",
     "miles-ray down --backend local --name wt -y",
 ]

@@ -32,6 +32,7 @@ from typing import Any
 from miles_ray.adapters import ray_auth
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound, TimedOut, Unreachable, from_http_status
 from miles_ray.core.progress import Progress
+from miles_ray.core.supervision import gpu_workers_ready
 
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -162,9 +163,18 @@ def _get_json(address: str, path: str, timeout: float) -> Any:
 def cluster_topology(address: str, timeout: float = 5.0) -> dict:
     """ALIVE nodes with head flag, GPUs and CPUs, from ``GET {address}/api/v0/nodes``."""
     address = normalize_address(address)
-    payload = _get_json(address, "/api/v0/nodes?limit=10000", timeout)
+    return _topology(address, _node_rows(address, timeout))
+
+
+def _node_rows(address: str, timeout: float = 5.0, detail: bool = False) -> list[dict]:
+    """Ray's node rows (``GET /api/v0/nodes``; ``detail``: with their start times)."""
+    payload = _get_json(address, "/api/v0/nodes?limit=10000" + ("&detail=true" if detail else ""), timeout)
     data = (payload.get("data") or {}).get("result") or {}
     rows = data.get("result", []) if isinstance(data, dict) else data
+    return list(rows or [])
+
+
+def _topology(address: str, rows: list[dict]) -> dict:
     nodes = []
     for n in rows or []:
         if n.get("state") != "ALIVE":
@@ -224,20 +234,23 @@ def wait_for_gpu_nodes(
     timeout: float = 600,
     progress: Progress = None,
     poll: float = 2.0,
-    among: Callable[[], set[str]] | None = None,
+    among: Callable[[], set[str] | dict[str, float | None]] | None = None,
 ) -> dict:
-    """Block until at least ``n_nodes`` ALIVE nodes each advertise >= ``gpus_per_node`` GPUs.
+    """Block until at least ``n_nodes`` ALIVE nodes each advertise >= ``gpus_per_node`` GPUs, counted by the rule
+    of every wait for GPU workers (:func:`miles_ray.core.supervision.gpu_workers_ready`, the supervisor's too).
 
-    ``among``, read again at each poll, gives the IPs that may count (on Kubernetes: the worker pods that
-    exist now): a node whose pod was deleted a moment ago stays ALIVE in Ray until its health check fails
-    and must not stand in for its replacement."""
+    ``among``, read again at each poll, gives the pods that may count (on Kubernetes: the worker pods that
+    exist now, by IP, or IP -> creation time in ms): a node whose pod was deleted a moment ago stays ALIVE in Ray
+    until its health check fails and must not stand in for its replacement."""
+    address = normalize_address(address)
     deadline = time.monotonic() + timeout
     last = None
     while True:
-        topo = cluster_topology(address)
+        rows = _node_rows(address, detail=True)
+        topo = _topology(address, rows)
         gpu_nodes = [n for n in topo["nodes"] if n["gpus"] >= gpus_per_node]
         allowed = among() if among is not None else None
-        ready = [n for n in gpu_nodes if allowed is None or n["ip"] in allowed]
+        ready = gpu_workers_ready(rows, gpus_per_node, pods=allowed)
         if len(ready) >= n_nodes:
             return topo
         msg = f"waiting for {n_nodes} nodes with {gpus_per_node} GPUs: {len(ready)} ready"

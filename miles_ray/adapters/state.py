@@ -25,6 +25,31 @@ def state_dir() -> Path:
     return Path(base) / "miles-ray"
 
 
+def kept_path(path: Path | str) -> str:
+    """``path`` as a record keeps it: relative to the state dir when it lies inside it (so a state dir moved or
+    restored elsewhere -- a new machine, a backup -- is read the same), else absolute."""
+    p = Path(path)
+    try:
+        return str(p.relative_to(state_dir()))
+    except ValueError:
+        return str(p)
+
+
+def kept_path_now(kept: str, inside: str) -> Path:
+    """Where the path a record keeps (``kept``: :func:`kept_path`'s) is now; ``inside``: where it lies inside the
+    state dir (e.g. ``supervisors/RUN``). Relative: under the state dir now. Absolute (a record written before
+    paths were kept relative): as written while it exists; otherwise, when it ends in ``inside`` -- the old state
+    dir being what comes before it -- the same place under the state dir now (the state dir was moved)."""
+    p = Path(kept)
+    if not p.is_absolute():
+        return state_dir() / p
+    rel = Path(inside)
+    if p.exists() or rel.is_absolute() or len(p.parts) <= len(rel.parts) or p.parts[-len(rel.parts):] != rel.parts:
+        return p
+    moved = state_dir() / rel
+    return moved if moved.exists() else p
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -184,10 +209,16 @@ def saved_dir(run: str) -> Path:
     return runs_dir() / f"{run}.saved"
 
 
-def save_run_copy(run: str, job: dict[str, Any], logs: str, reason: str, saved_at: str) -> Path:
-    """Save the run's job info and driver logs (``job.json`` and ``driver.log``), replacing an older copy.
-    ``reason`` says what saved it (the job ended, 'stop', 'down')."""
-    d = saved_dir(run)
+def saved_attempt_dir(run: str, attempt: int = 1) -> Path:
+    """Where one attempt's job of a run is saved: attempt 1 (a run's only job, unless supervised) in
+    :func:`saved_dir` itself, attempt N of a supervised run in ``runs/RUN.saved/attempt-N/``."""
+    return saved_dir(run) if attempt <= 1 else saved_dir(run) / f"attempt-{attempt}"
+
+
+def save_run_copy(run: str, job: dict[str, Any], logs: str, reason: str, saved_at: str, attempt: int = 1) -> Path:
+    """Save the job info and driver logs (``job.json`` and ``driver.log``) of the run's ``attempt``, replacing an
+    older copy of it. ``reason`` says what saved it (the job ended, 'stop', 'down')."""
+    d = saved_attempt_dir(run, attempt)
     with locked(d / "job.json"):
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".driver.log.", dir=d)
@@ -205,9 +236,10 @@ def save_run_copy(run: str, job: dict[str, Any], logs: str, reason: str, saved_a
     return d
 
 
-def load_run_copy(run: str) -> dict[str, Any] | None:
-    """The saved copy of a run's job: ``{run, job, saved_at, reason, dir, logs}``, or None when none was saved."""
-    d = saved_dir(run)
+def load_run_copy(run: str, attempt: int = 1) -> dict[str, Any] | None:
+    """The saved copy of a run's job (of its ``attempt``): ``{run, job, saved_at, reason, dir, logs}``, or None when
+    none was saved."""
+    d = saved_attempt_dir(run, attempt)
     meta = read_json(d / "job.json")
     if not isinstance(meta, dict):
         return None

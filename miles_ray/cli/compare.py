@@ -46,7 +46,7 @@ def compare_cmd(
     from rich.table import Table
 
     result = compare(pick_run(run_a, target.namespace), pick_run(run_b, target.namespace),
-                     kube_context=target.context, kubeconfig=target.kubeconfig)
+                     **target.reach())
 
     def table() -> None:
         a, b = result.a, result.b

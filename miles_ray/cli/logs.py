@@ -25,10 +25,12 @@ def logs_cmd(
     """Print a run's job logs (from the Ray Jobs API).
 
     A supervised run (submit --max-restarts): every attempt's logs in order, each after a line
-    '== attempt N (<job id>), resumed from <dir> iter I =='.
+    '== attempt N (<job id>), resumed from <dir> iter I, from rollout I+1 ==' (Miles' numbering: checkpoint I
+    holds rollout I trained).
 
     Once the run's cluster is gone (after 'down'), the copy saved when the run ended or when its cluster went
-    down is printed instead, saying so on stderr.
+    down is printed instead, saying so on stderr: every attempt of a supervised run, whole; an attempt whose copy
+    could not be saved is named in one error line, and the exit code is then 1.
     A --mode launcher run on Kubernetes is a Polyaxon job: its logs are read through Polyaxon's API (no
     kubeconfig needed).
 
@@ -37,7 +39,8 @@ def logs_cmd(
     status, logs) once the logs end.
     """
     name = pick_run(run, target.namespace)
-    text, state = read_logs(name, follow, output, target.context, target.kubeconfig)
+    reach = target.reach()
+    text, state = read_logs(name, follow, output, reach["kube_context"], reach["kubeconfig"])
     if output is not Output.table:
         emit(RunLogs(run=name, status=state, logs=text), output, lambda: None)
     if follow:

@@ -18,9 +18,9 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from miles_ray.cli.common import (Backend, BackendOption, ContextOpt, KubeconfigOpt, NamespaceOpt, RunNamespaceOpt,
-                                  config_flags)
-from miles_ray.core.config import MilesRayConfig
+from miles_ray.cli.common import (Backend, BackendOption, ConfigOpt, ContextOpt, KubeconfigOpt, NamespaceOpt,
+                                  RunNamespaceOpt, config_flags)
+from miles_ray.core.config import MilesRayConfig, load_config
 from miles_ray.core.errors import MilesRayError
 from miles_ray.services.known_clusters import CURRENT_FROM, load_with_current, naming_known
 
@@ -56,12 +56,23 @@ class RunFlags:
     namespace: str | None = None
     context: str | None = None
     kubeconfig: str | None = None
+    config: str | None = None
+
+    def reach(self) -> dict[str, str | None]:
+        """How to reach the run's head on Kubernetes, over what its record kept (``kube_context``/``kubeconfig``,
+        None: the record's): --context/--kubeconfig, else those of the config file given with -c/--config (read
+        and checked as every verb reads it: a bad file is bad input), else None. Without -c nothing is read."""
+        context, kubeconfig = self.context, self.kubeconfig
+        if self.config is not None:
+            cfg = load_config({}, self.config)
+            context, kubeconfig = context or cfg.kube_context, kubeconfig or cfg.kubeconfig
+        return {"kube_context": context, "kubeconfig": kubeconfig}
 
 
 _GROUPS: dict[type, dict[str, Any]] = {
     ClusterFlags: {"name": ClusterNameOpt, "backend": BackendOption, "namespace": NamespaceOpt, "context": ContextOpt,
                    "kubeconfig": KubeconfigOpt},
-    RunFlags: {"namespace": RunNamespaceOpt, "context": ContextOpt, "kubeconfig": KubeconfigOpt},
+    RunFlags: {"namespace": RunNamespaceOpt, "context": ContextOpt, "kubeconfig": KubeconfigOpt, "config": ConfigOpt},
 }
 
 
@@ -104,4 +115,4 @@ cluster_options = _with_group(ClusterFlags, "cluster")
 ``cluster: ClusterFlags``."""
 
 run_options = _with_group(RunFlags, "target")
-"""Put the run options (--namespace, --context, --kubeconfig) where the verb has ``target: RunFlags``."""
+"""Put the run options (--namespace, --context, --kubeconfig, -c/--config) where the verb has ``target: RunFlags``."""

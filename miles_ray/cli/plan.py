@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from miles_ray.cli.common import (ConfigOpt, GpusOpt, LayoutOpt, NodesOpt, OutputOpt, RecipeFileOpt, RecipeOpt,
-                                  RolloutGpusOpt, RolloutNodesOpt, Output, config_flags, emit, out, warn)
+from miles_ray.cli.common import (ConfigOpt, GpuMemoryOpt, GpusOpt, LayoutOpt, NoMemoryCheckOpt, NodesOpt, OutputOpt,
+                                  RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, Output, config_flags, emit,
+                                  out, warn)
+from miles_ray.core.errors import PlanError
+from miles_ray.core.memory import check_fit, estimate, fit_rows, known_limits
 from miles_ray.core.prepare import require_feasible, resolve_plan
 from miles_ray.core.config import load_config
+
+
+def fits_table(est) -> None:
+    """The "fits" section: one line per part, GiB needed / GiB there / headroom."""
+    t = Table(title=f"fits: {est.parameters / 1e9:.2f}B parameters", title_justify="left")
+    for header in ("part", "GiB needed", "GiB there", "headroom"):
+        t.add_column(header)
+    for part, needed, there, head in fit_rows(est):
+        t.add_row(part, needed, there, head)
+    out.print(t)
 
 
 def plan_table(plan) -> None:
@@ -40,6 +53,8 @@ def plan_cmd(
     rollout_nodes: RolloutNodesOpt = None,
     rollout_gpus: RolloutGpusOpt = None,
     recipe_file: RecipeFileOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    no_memory_check: NoMemoryCheckOpt = False,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
@@ -48,7 +63,9 @@ def plan_cmd(
     Checks every split rule (Megatron parallel sizes, batch sizes, SGLang engine sizes, MoE expert
     parallelism, disaggregated capacity) and, when a request is infeasible, names each violated rule with
     its numbers and the nearest feasible node counts and layouts. Exit 0 when feasible, 2 when not.
-    No cluster and no network needed. To see the whole job submit would send (entrypoint, runtime env,
+    No cluster and no network needed. With --gpu-memory SIZE (or gpu_memory) it also checks that the job fits:
+    the trainer's and each rollout engine's GPU memory, the pod's host memory (memory_per_node, when set) and the
+    checkpoints; a misfit is exit 2 with the changes that would fit (--no-memory-check: warn instead). To see the whole job submit would send (entrypoint, runtime env,
     run record), also offline: 'miles-ray submit ... --dry-run client'.
 
     Examples:
@@ -59,14 +76,31 @@ def plan_cmd(
     """
     cfg = load_config(config_flags(recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,
                                    rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus,
-                                   recipe_file=recipe_file), config)
-    _, plan = resolve_plan(cfg)
+                                   recipe_file=recipe_file, gpu_memory=gpu_memory), config)
+    recipe, plan = resolve_plan(cfg)
     for w in plan.warnings:
         warn(w)
+    misfit, fit = None, None
+    try:
+        fit = check_fit(cfg, recipe, plan, no_check=no_memory_check)
+    except PlanError as e:
+        misfit = e
     if output is not Output.table:
-        emit(plan.model_dump(mode="json"), output, lambda: None)
+        data = plan.model_dump(mode="json")
+        if fit is not None and fit.estimate is not None:
+            data["memory"] = fit.estimate.model_dump(mode="json")
+        elif misfit is not None:
+            gpu, host, _ = known_limits(cfg)
+            data["memory"] = estimate(recipe, plan, gpu_bytes=gpu, memory_per_node=host).model_dump(mode="json")
+        emit(data, output, lambda: None)
     require_feasible(plan)  # infeasible: one clear line on stderr, exit 2
+    if misfit is not None:
+        raise misfit  # does not fit: one line naming the part, the GiB and the changes that fit, exit 2
+    for notice in fit.notices if fit else ():
+        warn(notice)
     if output is Output.table:
         plan_table(plan)
+        if fit is not None and fit.estimate is not None:
+            fits_table(fit.estimate)
         out.print(f"the whole job (entrypoint, runtime env, run record), still without a cluster: "
                   f"miles-ray submit --recipe {plan.recipe} --nodes {plan.nodes} -G {plan.gpus_per_node} --dry-run client")

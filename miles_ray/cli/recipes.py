@@ -13,6 +13,7 @@ from miles_ray.services.recipes import list_recipes
 
 def recipes_cmd(
     fits: Annotated[Optional[str], typer.Option("--fits", help="NODESxGPUS, e.g. 1x2: only the recipes whose default split the planner finds feasible on that many GPU worker nodes of that many GPUs", show_default=False)] = None,
+    gpu_memory: Annotated[Optional[str], typer.Option("--gpu-memory", metavar="SIZE", help="with --fits: only the recipes whose memory estimate also fits GPUs of this size, e.g. 80GiB", show_default=False)] = None,
     recipe_file: RecipeFileOpt = None,
     output: TableOutputOpt = TableOutput.table,
 ) -> None:
@@ -31,12 +32,13 @@ def recipes_cmd(
     --fits 1x2 lists only what one node of 2 GPUs can run (then "fits": "1x2" in the JSON).
     """
     output = table_output(output)
-    result = list_recipes(recipe_file, fits)
+    result = list_recipes(recipe_file, fits, gpu_memory)
 
     def table() -> None:
         out.print(f"built-in recipes mirror radixark/miles {result.upstream_miles_commit}")
         if result.fits is not None:
-            out.print(f"recipes whose default split fits {result.fits} (GPU worker nodes x GPUs per node): "
+            memory = f", memory estimate within {result.gpu_memory} GPUs" if result.gpu_memory else ""
+            out.print(f"recipes whose default split fits {result.fits} (GPU worker nodes x GPUs per node){memory}: "
                       f"{len(result.recipes)}")
         rows = []
         for r in result.recipes:

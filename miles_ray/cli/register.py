@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from miles_ray.cli.common import ConfigOpt, Output, OutputOpt, emit, out, progress_display
+from miles_ray.cli.common import Output, OutputOpt, emit, out, progress_display
 from miles_ray.cli.options import RunFlags, run_options
 from miles_ray.services.runs import pick_run
 from miles_ray.core.config import load_config
@@ -16,7 +16,7 @@ from miles_ray.services.registry import CheckVia, register
 @run_options
 def register_cmd(
     run: Annotated[str, typer.Argument(metavar="RUN", help="the run whose checkpoint to register", show_default=False)],
-    checkpoint: Annotated[int, typer.Option("--checkpoint", min=0, help="checkpoint iteration: <the run's checkpoint dir (its --save)>/iter_<ITER:07d>", show_default=False)],
+    checkpoint: Annotated[int, typer.Option("--checkpoint", min=0, help="checkpoint iteration (Miles' numbering: the rollout id it was saved after): <the run's checkpoint dir (its --save)>/iter_<ITER:07d>", show_default=False)],
     version: Annotated[Optional[str], typer.Option("--version", help="model version name [default: RUN-iter-ITER]", show_default=False)] = None,
     hf_dir: Annotated[Optional[str], typer.Option("--hf-dir", help="the HF export to register with it [default: the run's --save-hf, if any]", show_default=False)] = None,
     tag: Annotated[Optional[list[str]], typer.Option("--tag", help="extra tag (repeatable)", show_default=False)] = None,
@@ -26,7 +26,6 @@ def register_cmd(
     polyaxon_host: Annotated[Optional[str], typer.Option("--polyaxon-host", help="Polyaxon API URL [default: config or $POLYAXON_HOST]", show_default=False)] = None,
     project: Annotated[Optional[str], typer.Option("--project", help="Polyaxon project [default: polyaxon_project]", show_default=False)] = None,
     target: RunFlags = RunFlags(),
-    config: ConfigOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Register checkpoint ITER of RUN as a model version in Polyaxon's model registry.
@@ -44,12 +43,12 @@ def register_cmd(
       miles-ray register q4-a --checkpoint 40 --version qwen3-4b-rl-v1 --tag candidate -o json
     """
     flags = {k: v for k, v in {"polyaxon_host": polyaxon_host, "polyaxon_project": project}.items() if v}
-    cfg = load_config(flags, config)
+    cfg = load_config(flags, target.config)
     run = pick_run(run, target.namespace)
     with progress_display(f"registering run {run} checkpoint {checkpoint}") as p:
         result = register(cfg, run, checkpoint, version=version, hf_dir=hf_dir, tags=list(tag or []),
                           description=description, check_via=check_via, force=force, progress=p,
-                          kube_context=target.context, kubeconfig=target.kubeconfig)
+                          **target.reach())
 
     def table() -> None:
         out.print(f"model version [bold]{result.version}[/] {'updated' if result.updated else 'registered'} "

@@ -13,13 +13,13 @@ from typing import Annotated, Any, Optional
 import typer
 
 from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GcsFtOpt, GcsFtPasswordOpt, GpusOpt, ImageOpt,
-                                  LayoutOpt, NameOpt, NamespaceOpt, NodesOpt, QueueOpt, RayAuthOpt, RayVersionOpt,
+                                  LayoutOpt, NameOpt, NamespaceOpt, NoMemoryCheckOpt, NodesOpt, QueueOpt, RayAuthOpt, RayVersionOpt,
                                   RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, config_flags,
                                   err, warn)
 from miles_ray.core.builders import NO_AUTH_WARNING
 from miles_ray.core.config import MilesRayConfig, load_config
 from miles_ray.core.errors import ConfigError
-from miles_ray.core.prepare import ClusterDocuments, Document
+from miles_ray.core.prepare import ClusterDocuments, Document, check_pods_fit
 from miles_ray.services.documents import prepare_documents
 
 
@@ -105,6 +105,7 @@ def render_cmd(
     gcs_ft: GcsFtOpt = None,
     gcs_ft_password_secret: GcsFtPasswordOpt = None,
     recipe_file: RecipeFileOpt = None,
+    no_memory_check: NoMemoryCheckOpt = False,
     config: ConfigOpt = None,
     single_node: Annotated[bool, typer.Option("--single-node", help="start with one single-node job: one Polyaxon job running the upstream Miles launcher in one pod (no KubeRay, no --ray-version)")] = False,
     output: Annotated[DocOutput, typer.Option("--output", "-o", help="the documents on stdout as YAML (one per '---') or JSON (one object, or a list); with --out, json lists the files written")] = DocOutput.yaml,
@@ -138,6 +139,9 @@ def render_cmd(
             raise ConfigError(f"--single-node renders a Polyaxon job only, not -F {format.value}",
                               hint="drop -F (or use -F polyaxon) with --single-node")
         kinds = (Document.single_node,)
+    elif cfg.image or cfg.ray_version:  # (neither: prepare says both are missing, in one line)
+        for notice in check_pods_fit(cfg, no_memory_check):  # a named recipe's host memory vs memory_per_node
+            warn(notice)
     prepared = prepare_documents(cfg, kinds)
     docs = prepared.documents(kinds)
     for w in render_warnings(cfg, prepared):

@@ -28,7 +28,7 @@ def runs_cmd(
         return
     output = table_output(output)
     namespace = target.namespace
-    records = list_runs(namespace=namespace, live=live, kube_context=target.context, kubeconfig=target.kubeconfig)
+    records = list_runs(namespace=namespace, live=live, **target.reach())
 
     def table() -> None:
         if not records:

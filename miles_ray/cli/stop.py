@@ -30,12 +30,13 @@ def stop_cmd(
     Its output dir and checkpoints stay; resume with 'submit --resume-from RUN'. Without RUN it asks before
     stopping the latest run (refusing when there is no terminal to ask on) unless -y.
     """
+    reach = target.reach()  # the config is read (and checked) before anything is asked or stopped
     name = pick_run(run, target.namespace)
     if run is None and not yes:
         confirm(f"stop run {name!r} (the latest run)?",
                 refusal=f"refusing to stop the latest run {name!r} without confirmation",
                 hint="name the run, or pass -y/--yes")
-    result = run_stop(name, kube_context=target.context, kubeconfig=target.kubeconfig,
+    result = run_stop(name, **reach,
                       wait_timeout=timeout if wait else None)
     emit(result, output, lambda: out.print(
         f"run {result.run}: " + ("job had already ended" if not result.stopped else

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpusOpt, ImageOpt, LayoutOpt, NodesOpt, Output,
-                                  OutputOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt,
+from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpuMemoryOpt, GpusOpt, ImageOpt, LayoutOpt,
+                                  NoMemoryCheckOpt, NodesOpt, Output, OutputOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt, RolloutGpusOpt, RolloutNodesOpt,
                                   checks_failed, dump, emit, err, job_state_exit, notices, out, progress_display,
                                   warn)
 from miles_ray.cli.options import ClusterFlags, cluster_options
@@ -61,6 +61,8 @@ def submit_cmd(
     image: ImageOpt = None,
     ray_version: RayVersionOpt = None,
     allow_unpinned: AllowUnpinnedOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    no_memory_check: NoMemoryCheckOpt = False,
     cluster: ClusterFlags = ClusterFlags(),
     recipe_file: RecipeFileOpt = None,
     config: ConfigOpt = None,
@@ -90,13 +92,16 @@ def submit_cmd(
     """
     cfg = cluster.config(config, recipe=recipe, nodes=nodes, gpus_per_node=gpus_per_node, layout=layout,
                          rollout_nodes=rollout_nodes, rollout_gpus=rollout_gpus, image=image, ray_version=ray_version,
-                         allow_unpinned=allow_unpinned, recipe_file=recipe_file)
+                         allow_unpinned=allow_unpinned, recipe_file=recipe_file, gpu_memory=gpu_memory)
     request = SubmitRequest(run=run, mode=mode.value, rehearse=rehearse, env=list(env or []),
                             extra_args=split_extra_args(extra_args), resume_from=resume_from,
                             force=force, miles_commit=miles_commit, model_revision=model_revision,
                             dataset_revision=dataset_revision, num_rollout=num_rollout, timeout=timeout,
                             wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold,
-                            shape_from_cluster=nodes is None and gpus_per_node is None, max_restarts=max_restarts)
+                            shape_from_cluster=nodes is None and gpus_per_node is None, max_restarts=max_restarts,
+                            no_memory_check=no_memory_check)
+    if no_memory_check:
+        warn("--no-memory-check: the job is submitted whatever its memory estimate says (kept in the run record)")
 
     try:
         validate_request(cfg, request)  # bad input fails here, before any progress line

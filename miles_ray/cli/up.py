@@ -10,13 +10,13 @@ import typer
 
 from miles_ray.cli.common import (AllowUnpinnedOpt, Backend, ConfigOpt, GcsFtOpt, GcsFtPasswordOpt, GpusOpt, ImageOpt, LayoutOpt, NodesOpt, Output,
                                   OutputOpt, QueueOpt, RayAuthOpt, RayVersionOpt, RecipeFileOpt, RecipeOpt,
-                                  RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, TimeoutOpt, emit, err, notices, out,
+                                  NoMemoryCheckOpt, RolloutGpusOpt, RolloutNodesOpt, SchedulerOpt, TimeoutOpt, emit, err, notices, out,
                                   progress_display, warn)
 from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.core.errors import ConfigError
 from miles_ray.cli.views import cluster_table, ray_tools_hint
 from miles_ray.core.builders import NO_AUTH_WARNING
-from miles_ray.core.prepare import check_inputs
+from miles_ray.core.prepare import check_inputs, check_pods_fit
 from miles_ray.services import clusters
 from miles_ray.services.backends.results import KubeUp, LocalUp
 from miles_ray.services.single_node import up_single_node
@@ -54,6 +54,7 @@ def up_cmd(
     gcs_ft: GcsFtOpt = None,
     gcs_ft_password_secret: GcsFtPasswordOpt = None,
     recipe_file: RecipeFileOpt = None,
+    no_memory_check: NoMemoryCheckOpt = False,
     timeout: TimeoutOpt = 600.0,
     config: ConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -116,6 +117,8 @@ def up_cmd(
     bounded = chosen.on_this_machine or (wait and not dry_run)
     if not chosen.on_this_machine:
         check_inputs(cfg)  # bad input (image, Ray version, split) fails here, before any progress line
+        for notice in check_pods_fit(cfg, no_memory_check):  # a named recipe's host memory vs memory_per_node
+            warn(notice)
     with progress_display(f"starting {chosen.name} cluster {cfg.name}", timeout=timeout if bounded else None) as p:
         result = clusters.up(cfg, chosen, progress=p, timeout=timeout, dry_run=dry_run.value if dry_run else None,
                              wait=wait, ray_check=ray_check)

@@ -7,6 +7,7 @@ import sys
 
 from miles_ray.cli.common import Col, Output, err, fit_table, out, print_table
 from miles_ray.core.runs import RunStatus, SavedCopySource
+from miles_ray.core.supervision import resumed_at
 from miles_ray.services import runs
 from miles_ray.services.backends.results import (DownCluster, KubeResume, KubeScale, KubeStatus, KubeUp, LocalCluster,
                                                  ParkedCluster, ParkResult, PolyaxonRunStatus)
@@ -166,13 +167,18 @@ def run_status_line(info: RunStatus) -> None:
         out.print(f"supervised ({sup.kind}, up to {sup.max_restarts} restart(s)); its supervisor is {state}",
                   markup=False)
     if info.attempts:
-        rows = [[str(a.attempt), a.submission_id or "", a.status or "", a.started or "", a.ended or "",
-                 (f"{a.resumed_from} iter {a.resumed_iteration}" if a.resumed_iteration is not None else
-                  a.resumed_from or ""), "" if a.last_step is None else str(a.last_step), a.reason or ""]
-                for a in info.attempts]
-        print_table(fit_table([Col("attempt", key=True), Col("job", keep=7), Col("status", keep=8),
-                               Col("started", keep=4), Col("ended", keep=3), Col("resumed from", keep=5),
-                               Col("last step", keep=6), Col("reason", keep=2)], rows))
+        print_table(attempts_table(info))
+
+
+def attempts_table(info: RunStatus):
+    """A supervised run's attempts (status RUN, and its --watch view), a Rich Table."""
+    rows = [[str(a.attempt), a.submission_id or "", a.status or "", a.started or "", a.ended or "",
+             resumed_at(a.resumed_from, a.resumed_iteration), "" if a.last_step is None else str(a.last_step),
+             a.reason or ""]
+            for a in info.attempts or []]
+    return fit_table([Col("attempt", key=True), Col("job", keep=7), Col("status", keep=8), Col("started", keep=4),
+                      Col("ended", keep=3), Col("resumed from", keep=5), Col("last step", keep=6),
+                      Col("reason", keep=2)], rows)
 
 
 def read_logs(run: str, follow: bool, output: Output, kube_context: str | None = None,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from miles_ray.core.errors import ConfigError, plain
+from miles_ray.core.memory import parse_size
 from miles_ray.core.names import check_cluster_name, check_namespace
 from miles_ray.core.safe_yaml import load_yaml_file
 from miles_ray.core.secrets import HINT, secret_name, secret_value
@@ -144,6 +145,9 @@ class MilesRayConfig(BaseModel):
         None, description="Kubernetes CPU request of each GPU worker pod, e.g. 32 or 500m (default: "
         "cpus_per_node); the CPU limit and Ray's num-cpus stay cpus_per_node")
     memory_per_node: str = Field("512Gi", description="memory per GPU worker pod, including /dev/shm")
+    gpu_memory: str | None = Field(
+        None, description="memory of one GPU, e.g. 80GiB: plan/submit check that the job fits it (default: the "
+        "nodes' nvidia.com/gpu.memory or gpu.product labels on Kubernetes, else unknown and not checked)")
     head_cpus: int = Field(8, ge=1, le=4096, description="CPUs of the head pod (Ray num-cpus stays 0)")
     head_memory: str = Field("64Gi", description="memory of the head pod")
     worker_group: str = Field("gpu", description="KubeRay worker group name")
@@ -202,6 +206,16 @@ class MilesRayConfig(BaseModel):
     def _quantity(cls, v: str) -> str:
         if not _QUANTITY.fullmatch(v):
             raise ValueError(f"{v!r} is not a Kubernetes quantity such as 512Gi")
+        return v
+
+    @field_validator("gpu_memory")
+    @classmethod
+    def _gpu_memory(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                parse_size(v, what="gpu_memory")
+            except ConfigError as e:
+                raise ValueError(str(e)) from None
         return v
 
     @field_validator("cpu_request_per_node")
@@ -483,6 +497,7 @@ gpus_per_node: 8
 cpus_per_node: 64
 # cpu_request_per_node: 500m  # Kubernetes CPU request if lower than cpus_per_node (limit and Ray keep 64)
 memory_per_node: 512Gi
+# gpu_memory: 80GiB  # one GPU's memory: plan/submit check the job fits (default: node labels, else unchecked)
 head_cpus: 8
 head_memory: 64Gi
 # node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}

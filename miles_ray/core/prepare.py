@@ -14,6 +14,7 @@ from miles_ray.core.builders import build_operation, build_raycluster
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ConfigError, PlanError
 from miles_ray.core.images import check_image
+from miles_ray.core.memory import check_pod_fit
 from miles_ray.core.planner import Plan, plan_split, summary_line
 from miles_ray.core.queues import apply_to_operation, apply_to_raycluster
 from miles_ray.core.recipes import Recipe, get_recipe
@@ -86,6 +87,17 @@ def check_inputs(cfg: MilesRayConfig, single_node: bool = False) -> None:
         if not cfg.ray_version:
             _missing_ray_version()
         require_feasible(resolve_plan(cfg)[1])
+
+
+def check_pods_fit(cfg: MilesRayConfig, no_check: bool = False) -> list[str]:
+    """``up``/``render`` of a Ray cluster for a recipe that is named (flag, env or file; the built-in default says
+    nothing of the jobs the cluster will run): a node's host memory against the pod's (``memory_per_node``),
+    a misfit refused in ONE line (exit 2) unless ``no_check`` (:func:`miles_ray.core.memory.check_pod_fit`).
+    Returns the notices to print."""
+    if "recipe" not in cfg.model_fields_set:
+        return []
+    recipe, plan = resolve_plan(cfg)
+    return check_pod_fit(cfg, recipe, plan, no_check).notices
 
 
 def _missing_image_and_ray_version() -> None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from miles_ray.core.entrypoint import checkpoint_dirs
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.results import Result
+from miles_ray.core.train_progress import TrainingProgress
 
 SCHEMA = "miles-ray/run-record/v1"
 # Where a record's checkpoint dirs come from: the job's own train.py command line (direct mode); the one direct mode
@@ -27,7 +28,7 @@ class RunRecord(BaseModel):
     schema_: str = Field(SCHEMA, alias="schema")
     run: str
     cluster: str
-    backend: Literal["local", "kuberay", "polyaxon", "address"]
+    backend: Literal["local", "kuberay", "address"]
     address: str
     submission_id: str
     mode: Literal["direct", "launcher", "rehearse"]
@@ -59,20 +60,26 @@ class RunRecord(BaseModel):
     # the Polyaxon API host the job was created on (status/logs/stop reach it there again); kept in the record of
     # a launcher job only (the prepared record leaves it out: see RECORDED_ON_CREATION)
     polyaxon_host: str | None = None
+    # a run with a non-managed Polyaxon run of its own (a Ray job on a Polyaxon-made cluster, kept current by its
+    # supervisor: miles_ray.services.runs.polyaxon_tracked), that run being polyaxon_run_uuid on polyaxon_host; set
+    # when the job is created (the prepared record leaves it out: see RECORDED_ON_CREATION)
+    polyaxon_tracked: bool | None = None
     # the head the current attempt's job started on (see head_identity) and the run's attempts, oldest first (see
     # new_attempt): kept in the record of a created job only
     head: dict[str, Any] | None = None
     attempts: list[dict[str, Any]] | None = None
-    # a supervised run (submit --max-restarts N > 0): ``kind`` (local | kubernetes | polyaxon), ``max_restarts``;
+    # a supervised run (submit --max-restarts N > 0): ``kind`` (local | kubernetes), ``max_restarts``;
     # once started ``where`` (the handle's, see miles_ray.services.runs.supervised) and ``started``; ``stopped_at``
     supervisor: dict[str, Any] | None = None
+    # set only when submit ran with --no-memory-check: the memory estimate was not enforced
+    memory_check: str | None = None
 
     def split_key(self) -> dict[str, Any]:
         return split_key(self.split)
 
 
 # fields a prepared record (dry runs print it) leaves out: set when the job is created
-RECORDED_ON_CREATION = frozenset({"polyaxon_host", "head", "attempts"})
+RECORDED_ON_CREATION = frozenset({"polyaxon_host", "polyaxon_tracked", "head", "attempts"})
 
 ENDED = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
@@ -291,6 +298,9 @@ class RunStatus(Result):
     head_lost: "HeadLost | None" = None  # the job was lost with the head it ran on
     attempts: "list[Attempt] | None" = None  # a supervised run's attempts, oldest first
     supervisor: "SupervisorState | None" = None  # a supervised run's supervisor
+    # how far its training is (miles_ray.core.train_progress: step, of, eta_seconds, stalled ..., metrics, findings);
+    # set by status RUN for a training run (None: its log could not be read)
+    progress: TrainingProgress | None = None
 
     @classmethod
     def of_job(cls, record: Mapping[str, Any], info: JobInfo) -> "RunStatus":

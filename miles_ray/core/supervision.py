@@ -229,6 +229,36 @@ def read_latest_iteration(text: str | None) -> int | None:
     return int(t) if t.isdigit() else None
 
 
+# Miles' numbering of checkpoints (radixark/miles 31f1ca9): train.py loops ``for rollout_id in
+# range(args.start_rollout_id, args.num_rollout)`` (0-based) and, after training rollout ``rollout_id``, saves it as
+# ``save(rollout_id)`` -> Megatron's ``iter_{rollout_id:07d}`` and ``latest_checkpointed_iteration.txt`` =
+# rollout_id; a job that loads iteration N starts at rollout N + 1 (miles/backends/megatron_utils/actor.py:
+# ``start_rollout_id = loaded_rollout_id + 1``). So iteration N means rollout N was trained, and iteration 0 is a
+# real checkpoint (of rollout 0).
+
+def resume_rollout(iteration: int | None) -> int:
+    """The first rollout id of a job that loads checkpoint ``iteration`` (None: none, it starts from rollout 0)."""
+    return 0 if iteration is None else iteration + 1
+
+
+def resumed_at(resumed_from: str | None, iteration: int | None) -> str:
+    """Where an attempt resumed, in Miles' numbering: ``DIR iter N, from rollout N+1`` (checkpoint N holds rollout N
+    trained; the job that loads it starts at N + 1)."""
+    if iteration is None:
+        return resumed_from or ""
+    return f"{resumed_from} iter {iteration}, from rollout {resume_rollout(iteration)}"
+
+
+def checkpoint_step(latest: int | None, resumed: int | None) -> int | None:
+    """The last rollout id an attempt trained, as the run's checkpoints prove it (when its logs could not be read):
+    ``latest`` (the tracker's iteration now) is that rollout (Miles' numbering above, iteration 0 included), when
+    newer than ``resumed`` (the tracker's iteration when the attempt started; None: there was none). None when the
+    checkpoints prove nothing the attempt did."""
+    if latest is None or (resumed is not None and latest <= resumed):
+        return None
+    return latest
+
+
 # -- the classifier and the decision ---------------------------------------------------------------------------
 
 # (pattern, what it means): failures worth retrying -- the run's cluster lost a part, not the run's own fault
@@ -320,12 +350,50 @@ def decide(attempt: int, verdict: Verdict, step: int | None, previous_step: int 
                           f"{attempt} of {max_restarts}")
 
 
-def gpu_workers_alive(nodes: Iterable[Mapping[str, Any]], gpus_per_node: int) -> int:
-    """ALIVE GPU workers among Ray's nodes (``/api/v0/nodes`` rows: ``state``, ``is_head_node``,
-    ``resources_total``), counting those with at least ``gpus_per_node`` GPUs."""
-    have = 0
-    for n in nodes:
+# A node whose pod (or raylet) is gone stays ALIVE in Ray until the GCS's health checks of its raylet fail: Ray says
+# up to 30 s (NodeState.end_time_ms: "could be delayed up to 30 seconds").
+NODE_DEATH_SECONDS = 30.0
+POD_CLOCK_SLACK_MS = 1000  # a node started this much before its pod's creation time still counts (clocks)
+
+
+def gpu_workers_ready(nodes: Iterable[Mapping[str, Any]], gpus_per_node: int, *,
+                      pods: Mapping[str, float | None] | Iterable[str] | None = None,
+                      suspect: Iterable[str] = ()) -> list[Mapping[str, Any]]:
+    """THE rule of every wait for GPU workers (the CLI's and the supervisor's): the GPU workers in Ray that count,
+    from Ray's node rows (``/api/v0/nodes``, with ``detail=true`` for ``start_time_ms``): ALIVE nodes with at least
+    ``gpus_per_node`` GPUs (and some), without the nodes of pods that are gone -- Ray lists such a node ALIVE until
+    its health checks fail (:data:`NODE_DEATH_SECONDS`), and it must never stand in for its replacement:
+
+    - ``pods``, the worker pods that exist now (their IPs, or IP -> the pod's creation time in ms, None: not known):
+      only nodes at their IPs, started after their pod (:data:`POD_CLOCK_SLACK_MS` allowed), and of two ALIVE at
+      one pod's IP only the one that started last (the other started before that pod: its own pod is gone);
+    - ``suspect``: ids of nodes that may be a lost pod's, for a caller with no view of the pods (the supervisor, for
+      :data:`NODE_DEATH_SECONDS` after a node may have been lost): not counted."""
+    made: Mapping[str, float | None] | None
+    made = None if pods is None else pods if isinstance(pods, Mapping) else dict.fromkeys(pods)
+    excluded = set(suspect)
+    newest: dict[Any, Mapping[str, Any]] = {}
+    for i, n in enumerate(nodes):
         gpus = float((n.get("resources_total") or {}).get("GPU", 0) or 0)
-        if n.get("state") == "ALIVE" and gpus > 0 and gpus >= gpus_per_node:
-            have += 1
-    return have
+        if n.get("state") != "ALIVE" or gpus <= 0 or gpus < gpus_per_node or n.get("node_id") in excluded:
+            continue
+        ip = n.get("node_ip")
+        if made is not None:
+            if ip not in made:
+                continue
+            created, started = made[ip], n.get("start_time_ms")  # (None: not known, not judged)
+            if created is not None and started is not None and started < created - POD_CLOCK_SLACK_MS:
+                continue
+        key = ip if made is not None and ip else i  # one raylet per pod (per IP)
+        other = newest.get(key)
+        if other is None or (n.get("start_time_ms") or 0) > (other.get("start_time_ms") or 0):
+            newest[key] = n
+    return list(newest.values())
+
+
+def node_loss_possible(verdict: Verdict) -> bool:
+    """Whether the attempt that ended with ``verdict`` may have lost a GPU worker Ray still lists ALIVE (a node, a
+    worker or actor, a collective, a connection): not when its driver itself was killed (it runs on the head: a lost
+    worker makes it fail, not die) nor when the head itself was lost (its workers stay)."""
+    return verdict.kind == "retryable" and not verdict.reason.startswith(
+        ("the driver was killed", "the Ray head (and the job's driver on it) was lost"))

@@ -1,5 +1,5 @@
 """Clusters on Kubernetes: 'up' through KubeRay or Polyaxon (the backends in
-:mod:`miles_ray.services.backends`; what they share is in :mod:`miles_ray.services.backends.kube_common`,
+:mod:`miles_ray.services.backends`; what they share is in :mod:`miles_ray.services.backends.kube`, partly
 re-exported here).
 
 Each verb first prepares the exact objects it will create (:func:`miles_ray.services.documents.prepare_cluster`:
@@ -13,15 +13,16 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import Interrupted
 from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress
-from miles_ray.services.backends.kube_common import (check_fields_known, check_token_secret, cluster_record,
-                                                     create_token_secret_hint, polyaxon_preflight, preflight,
-                                                     unchecked_token_secret, wait_ready, without_kubectl)
+from miles_ray.services.backends.kube.bookkeeping import cluster_record
+from miles_ray.services.backends.kube.preflight import (check_fields_known, check_token_secret, create_token_secret_hint,
+                                                        preflight, unchecked_token_secret)
+from miles_ray.services.backends.kube.waits import wait_ready
 from miles_ray.services.backends.results import KubeUp, Preflight
 from miles_ray.services.documents import prepare_cluster
 
-# what other modules use from here (they live in kube_common, shared by the KubeRay and Polyaxon backends)
+# what other modules use from here (they live in backends/kube, shared by the KubeRay and Polyaxon backends)
 __all__ = ["CLIENT_DRY_RUN", "check_fields_known", "check_token_secret", "cluster_record", "create_token_secret_hint",
-           "polyaxon_preflight", "preflight", "unchecked_token_secret", "up", "wait_ready", "without_kubectl"]
+           "preflight", "unchecked_token_secret", "up", "wait_ready"]
 
 
 class Creates(Protocol):

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import field_serializer
 
 from miles_ray.core.errors import ConfigError, MilesRayError
+from miles_ray.core.memory import estimate, parse_size
 from miles_ray.core.planner import plan_split
 from miles_ray.core.recipes import UPSTREAM_MILES_COMMIT, Recipe, catalog
 from miles_ray.core.results import Result
@@ -23,6 +24,7 @@ class RecipeCatalog(Result):
 
     upstream_miles_commit: str
     fits: str | None = None  # set with --fits NxG: only the recipes whose default split that shape can run
+    gpu_memory: str | None = None  # with --fits NxG --gpu-memory SIZE: and whose memory estimate fits such GPUs
     recipes: list[Recipe]
 
     @field_serializer("recipes")
@@ -39,22 +41,33 @@ def parse_shape(shape: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def fits(recipe: Recipe, nodes: int, gpus_per_node: int) -> bool:
-    """Whether the planner finds ``recipe``'s default split feasible on ``nodes`` x ``gpus_per_node``."""
+def fits(recipe: Recipe, nodes: int, gpus_per_node: int, gpu_bytes: int | None = None) -> bool:
+    """Whether the planner finds ``recipe``'s default split feasible on ``nodes`` x ``gpus_per_node`` (and, with
+    ``gpu_bytes``, whether its memory estimate fits GPUs of that size: miles_ray.core.memory)."""
     if not recipe.plannable:
         return False
     try:
-        return plan_split(recipe, nodes, gpus_per_node, with_suggestions=False).feasible
+        plan = plan_split(recipe, nodes, gpus_per_node, with_suggestions=False)
+        if not plan.feasible or gpu_bytes is None:
+            return plan.feasible
+        return estimate(recipe, plan, gpu_bytes=gpu_bytes).fits
     except MilesRayError:
         return False
 
 
-def list_recipes(recipe_file: str | Path | None = None, shape: str | None = None) -> RecipeCatalog:
+def list_recipes(recipe_file: str | Path | None = None, shape: str | None = None,
+                 gpu_memory: str | None = None) -> RecipeCatalog:
     """The catalog: the built-in recipes, then those of ``recipe_file``; with ``shape`` (``NxG``) only those whose
-    default split is feasible on that many GPU nodes of that many GPUs."""
+    default split is feasible on that many GPU nodes of that many GPUs (with ``gpu_memory`` also fits their
+    memory)."""
+    gpu_bytes = None
+    if gpu_memory is not None:
+        gpu_bytes = parse_size(gpu_memory)
+        if shape is None:
+            raise ConfigError("--gpu-memory goes with --fits NxG", hint="e.g. --fits 1x8 --gpu-memory 80GiB")
     recipes = list(catalog(recipe_file).values())
     if shape is None:
         return RecipeCatalog(upstream_miles_commit=UPSTREAM_MILES_COMMIT, recipes=recipes)
     nodes, gpus = parse_shape(shape)
-    return RecipeCatalog(upstream_miles_commit=UPSTREAM_MILES_COMMIT, fits=f"{nodes}x{gpus}",
-                         recipes=[r for r in recipes if fits(r, nodes, gpus)])
+    return RecipeCatalog(upstream_miles_commit=UPSTREAM_MILES_COMMIT, fits=f"{nodes}x{gpus}", gpu_memory=gpu_memory,
+                         recipes=[r for r in recipes if fits(r, nodes, gpus, gpu_bytes)])

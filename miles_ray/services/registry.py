@@ -127,12 +127,14 @@ def checkpoint_root(record: dict[str, Any]) -> str:
 
 
 def checkpoint_dir(root: str, iteration: int) -> str:
+    """Megatron's dir of checkpoint ``iteration`` (Miles' numbering: saved once rollout ``iteration`` is trained)."""
     return f"{root.rstrip('/')}/iter_{iteration:07d}"
 
 
 def hf_dir_from_entrypoint(entrypoint: str, iteration: int) -> str | None:
-    """The HF export Miles writes with ``--save-hf TEMPLATE`` (``TEMPLATE.format(rollout_id=...)``).
-    miles-ray formats it with the iteration; pass --hf-dir when the run used another numbering."""
+    """The HF export Miles writes with ``--save-hf TEMPLATE`` beside checkpoint ``iteration``: Miles saves both after
+    training rollout ``rollout_id`` (``iter_<rollout_id:07d>`` and ``TEMPLATE.format(rollout_id=rollout_id)``,
+    radixark/miles ``miles/backends/megatron_utils/actor.py`` ``save_model``), so the iteration IS the rollout id."""
     try:
         args = shlex.split(entrypoint or "")
     except ValueError:

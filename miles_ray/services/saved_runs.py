@@ -1,9 +1,16 @@
-"""Saved copies of a run's job: its driver logs and job info, kept next to the run record so that 'logs RUN' and
+"""Saved copies of a run's jobs: their driver logs and job info, kept next to the run record so that 'logs RUN' and
 'status RUN' still answer once the cluster is gone.
 
-A copy is saved when a run is seen to end (``logs -f``, ``status RUN``, ``submit -f``, ``stop``) and, for every
-run recorded on a cluster, just before ``down`` deletes that cluster. The live head is always asked first; the
-saved copy is read only when the head (or its job) is no longer there.
+A copy is saved when a run's job is seen to end (``logs -f``, ``status RUN``, ``submit -f``, ``stop``; every ended
+attempt of a supervised run when its ``status`` or ``logs`` are read) and, for every job of every run recorded on a
+cluster (each attempt of a supervised run: the head's jobs ``<it>``, ``<it>-a2`` ...), just before ``down`` or
+``park`` takes that cluster. Attempt 1 (a run's only job, unless supervised) is saved in ``runs/RUN.saved/``, attempt
+N in ``runs/RUN.saved/attempt-N/`` (:func:`miles_ray.adapters.state.saved_attempt_dir`); a supervised run's
+supervisor events go beside them (``supervisor-events.json``, :data:`SAVED_EVENTS`). The live head is always asked
+first; the saved copy is read only when the head (or its job) is no longer there.
+
+A record given here names the job it is about by its ``submission_id``; the copy of an attempt's job (its own
+submission id) also carries ``run_submission_id``, the run's (:func:`_attempt_record`).
 """
 
 from __future__ import annotations
@@ -16,15 +23,28 @@ from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.heads import parse_head
 from miles_ray.core.runs import JobInfo, SavedCopySource, SavedJob, SavedLogs, SavedRuns
+from miles_ray.core.supervision import attempt_of, attempt_submission_id
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+SAVED_EVENTS = "supervisor-events.json"  # a supervised run's supervisor events, in its saved copy dir
 
-__all__ = ["TERMINAL", "records_on", "save_cluster_runs", "save_from_head", "save_if_ended", "saved_logs",
-           "saved_status"]
+__all__ = ["SAVED_EVENTS", "TERMINAL", "has_final_copy", "records_on", "save_cluster_runs",
+           "save_events", "save_from_head", "save_if_ended", "saved_logs", "saved_status"]
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _attempt_record(rec: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """The record of one attempt's job of the run ``rec`` (its submission id; ``run_submission_id``: the run's)."""
+    base = rec.get("run_submission_id") or rec["submission_id"]
+    return {**rec, "submission_id": attempt_submission_id(base, attempt), "run_submission_id": base}
+
+
+def _attempt(rec: dict[str, Any]) -> int:
+    """Which attempt of its run ``rec``'s job is (1 for a run's own submission id)."""
+    return attempt_of(rec.get("run_submission_id") or rec["submission_id"], rec["submission_id"]) or 1
 
 
 def save_from_head(rec: dict[str, Any], url: str, reason: str, info: dict | None = None) -> SavedJob | None:
@@ -38,7 +58,7 @@ def save_from_head(rec: dict[str, Any], url: str, reason: str, info: dict | None
         return None
     info.pop("runtime_env", None)
     info["submission_id"] = sid
-    path = state.save_run_copy(rec["run"], info, logs, reason, _now())
+    path = state.save_run_copy(rec["run"], info, logs, reason, _now(), attempt=_attempt(rec))
     return SavedJob(run=rec["run"], status=info.get("status"), dir=str(path))
 
 
@@ -47,7 +67,7 @@ def save_if_ended(rec: dict[str, Any], url: str, info: dict[str, Any]) -> None:
     the live answer it already has matters more than the copy."""
     if info.get("status") not in TERMINAL:
         return
-    saved = state.load_run_copy(rec["run"])
+    saved = state.load_run_copy(rec["run"], _attempt(rec))
     keys = ("submission_id", "status", "end_time")
     if saved and [saved["job"].get(k) for k in keys] == [rec["submission_id"], info.get("status"), info.get("end_time")]:
         return
@@ -58,10 +78,24 @@ def save_if_ended(rec: dict[str, Any], url: str, info: dict[str, Any]) -> None:
 
 
 def _copy_of(rec: dict[str, Any]) -> dict[str, Any] | None:
-    saved = state.load_run_copy(rec["run"])
-    if saved is None or saved.get("job", {}).get("submission_id") != rec["submission_id"]:
-        return None
-    return saved
+    # an attempt's copy in its own dir; one saved before attempts had dirs of their own is in the run's dir
+    for attempt in dict.fromkeys((_attempt(rec), 1)):
+        saved = state.load_run_copy(rec["run"], attempt)
+        if saved is not None and saved.get("job", {}).get("submission_id") == rec["submission_id"]:
+            return saved
+    return None
+
+
+def has_final_copy(rec: dict[str, Any]) -> bool:
+    """Whether ``rec``'s job has a saved copy taken after it ended (an ended job's logs no longer change)."""
+    saved = _copy_of(rec)
+    return saved is not None and saved["job"].get("status") in TERMINAL
+
+
+def save_events(run: str, events: list[dict[str, Any]]) -> None:
+    """Keep a supervised run's supervisor events in its saved copy (:data:`SAVED_EVENTS`)."""
+    if events:
+        state.atomic_write_json(state.saved_dir(run) / SAVED_EVENTS, events)
 
 
 def _source(saved: dict[str, Any]) -> SavedCopySource:
@@ -106,31 +140,75 @@ def records_on(addresses: Iterable[str]) -> list[dict[str, Any]]:
     return [rec for rec in state.list_records() if key(rec.get("address", "")) in wanted]
 
 
+def _known_attempts(rec: dict[str, Any]) -> set[int]:
+    """The attempts of ``rec``'s run its record knows of (a supervised run's ``attempts``; else its one job)."""
+    out = {1}
+    if rec.get("supervisor"):
+        out |= {a["attempt"] for a in rec.get("attempts") or [] if isinstance(a.get("attempt"), int)}
+    return out
+
+
+def _not_saved(rec: dict[str, Any], why: dict[int, str]) -> str | None:
+    """One line for the jobs of ``rec``'s run that have no copy (``why``, by attempt), None: every one has."""
+    if not why:
+        return None
+    if not rec.get("supervisor") and list(why) == [1]:
+        return why[1]
+    return "; ".join(f"attempt {n}: {w}" for n, w in sorted(why.items()))
+
+
+def _save_run_jobs(rec: dict[str, Any], url: str, jobs: list[dict[str, Any]], reason: str) -> str | None:
+    """Save every job of ``rec``'s run (every attempt of a supervised run) that the head at ``url`` has (``jobs``: its
+    job list); why not, in one line, for those of them and of the attempts the record knows of that have no copy
+    (None: every one has)."""
+    on_head = {}
+    for job in jobs:
+        n = attempt_of(rec["submission_id"], job.get("job_id") or "")
+        if n is not None:
+            on_head[n] = job
+    why = {}
+    for n in sorted(set(on_head) | _known_attempts(rec)):
+        arec = _attempt_record(rec, n)
+        if n in on_head:
+            try:
+                save_from_head(arec, url, reason, on_head[n])
+            except ClusterError as e:
+                if _copy_of(arec) is None:
+                    why[n] = str(e).splitlines()[0]
+                continue
+        if _copy_of(arec) is None:
+            why[n] = "the head has no job of this run" if n == 1 and not rec.get("supervisor") else \
+                f"the head has no job {arec['submission_id']}"
+    return _not_saved(rec, why)
+
+
 def save_cluster_runs(records: list[dict[str, Any]], head_address: str, *, kube_context: str | None = None,
                       kubeconfig: str | None = None, reason: str = "down") -> SavedRuns:
-    """Before a cluster goes away: save every given run's job from its head (``head_address``). Returns the runs
-    saved and, for each other, why not; never raises for a head that cannot be reached (the cluster is going down
-    anyway: the caller reports what could not be saved)."""
+    """Before a cluster goes away: save every job of every given run (each attempt of a supervised run) from its
+    head (``head_address``). Returns the runs saved whole and, for each other, why not (naming the attempts whose
+    copy is missing); never raises for a head that cannot be reached (the cluster is going down anyway: the caller
+    reports what could not be saved)."""
     out = SavedRuns(saved=[], not_saved={})
     if not records:
         return out
     try:
         with open_head(head_address, kube_context=kube_context, kubeconfig=kubeconfig) as url:
+            jobs = ray_jobs.list_jobs(url)
             for rec in records:
-                try:
-                    got = save_from_head(rec, url, reason)
-                except ClusterError as e:
-                    out.not_saved[rec["run"]] = str(e).splitlines()[0]
-                    continue
-                if got is not None or _copy_of(rec) is not None:
+                why = _save_run_jobs(rec, url, jobs, reason)
+                if why is None:
                     out.saved.append(rec["run"])
                 else:
-                    out.not_saved[rec["run"]] = "the head has no job of this run"
-
+                    out.not_saved[rec["run"]] = why
     except ClusterError as e:
+        done = set(out.saved) | set(out.not_saved)
         for rec in records:
-            if _copy_of(rec) is None:
-                out.not_saved[rec["run"]] = f"the head did not answer ({str(e).splitlines()[0]})"
+            if rec["run"] in done:
+                continue
+            said = f"the head did not answer ({str(e).splitlines()[0]})"
+            why = _not_saved(rec, {n: said for n in _known_attempts(rec) if _copy_of(_attempt_record(rec, n)) is None})
+            if why is None:
+                out.saved.append(rec["run"])  # saved earlier, when its jobs ended
             else:
-                out.saved.append(rec["run"])  # saved earlier, when its job ended
+                out.not_saved[rec["run"]] = why
     return out

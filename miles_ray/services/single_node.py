@@ -13,8 +13,8 @@ from miles_ray.core.prepare import Document
 from miles_ray.core.progress import Progress, say
 from miles_ray.core.results import Result
 from miles_ray.services.documents import prepare_documents
-from miles_ray.services.k8s_clusters import (CLIENT_DRY_RUN, check_token_secret, polyaxon_preflight, unchecked_token_secret,
-                                             without_kubectl)
+from miles_ray.services.backends.polyaxon import polyaxon_preflight, without_kubectl
+from miles_ray.services.k8s_clusters import CLIENT_DRY_RUN, check_token_secret, unchecked_token_secret
 
 
 class SingleNodeUp(Result):

@@ -4,12 +4,21 @@ prints Miles' ``step N: {...}`` lines, checkpoints the way Megatron does and res
 run supervisor relies on -- and crashes when the TEST asks it to (through ``submit --env``: the fault is injected by
 the test, never by the product).
 
-Flags it reads (others are ignored, as the flags of a real recipe): ``--num-rollout T`` (rollout ids 0..T-1, one
-``step <id>`` line each), ``--save DIR`` / ``--save-interval K`` (after rollout id r with (r+1) % K == 0: the
-directory ``DIR/iter_<r+1:07d>/`` is written first, THEN ``DIR/latest_checkpointed_iteration.txt`` (atomically), so
-that file only ever names a complete checkpoint), ``--load DIR`` (resume: start at the iteration
-``DIR/latest_checkpointed_iteration.txt`` names, saying so; none there: from scratch). A flag starting with
-``--bogus`` is refused the way argparse refuses an unknown flag (exit 2 before any step).
+Its loop is Miles' own (radixark/miles 31f1ca9, ``train.py`` lines 95-125): rollout ids are 0-based, ``for
+rollout_id in range(start_rollout_id, num_rollout)``, one ``step <rollout_id>`` line each (one train step per
+rollout); after rollout id r it saves when :func:`should_run_periodic_action` (``miles/utils/misc.py`` lines
+130-151, copied verbatim) says so for ``(r, save_interval, None, num_rollout)`` -- ``(r + 1) % K == 0`` or r is the
+last rollout -- as ``save(rollout_id)``: Megatron's ``DIR/iter_<r:07d>/`` is written first, THEN
+``DIR/latest_checkpointed_iteration.txt`` = r (atomically), so that file only ever names a complete checkpoint and
+iteration N means rollout N was trained. A resumed job starts at ``loaded_rollout_id + 1``
+(``miles/backends/megatron_utils/actor.py`` line 212); no tracker in ``--load``: from rollout 0
+(``miles/utils/arguments.py`` lines 3047-3058); ``--start-rollout-id`` wins over both
+(``miles/ray/placement_group.py`` lines 177-178).
+
+Flags it reads (others are ignored, as the flags of a real recipe): ``--num-rollout T`` (default 40),
+``--save DIR`` / ``--save-interval K`` (Miles' default: none, no checkpoint), ``--load DIR``,
+``--start-rollout-id S``. A flag starting with ``--bogus`` is refused the way argparse refuses an unknown flag
+(exit 2 before any step).
 
 Faults, from the environment (set by the test with ``submit --env``):
 
@@ -55,6 +64,53 @@ def _write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _int_or_none(text: str | None) -> int | None:
+    return None if text in (None, "", "None") else int(text)
+
+
+def should_run_periodic_action(
+    rollout_id: int,
+    interval: int | None,
+    num_rollout_per_epoch: int | None = None,
+    num_rollout: int | None = None,
+) -> bool:
+    """Miles' rule for a periodic save or eval, verbatim (radixark/miles 31f1ca9, miles/utils/misc.py 130-151)."""
+    if interval is None:
+        return False
+
+    if num_rollout is not None and rollout_id == num_rollout - 1:
+        return True
+
+    step = rollout_id + 1
+    return (step % interval == 0) or (num_rollout_per_epoch is not None and step % num_rollout_per_epoch == 0)
+
+
+def start_rollout_id(load: str | None, given: int | None = None) -> int:
+    """Where Miles starts: ``--start-rollout-id`` when given, else the loaded iteration + 1, else 0 (module doc)."""
+    if given is not None:
+        return given
+    if not load:
+        return 0
+    try:
+        with open(os.path.join(load, "latest_checkpointed_iteration.txt")) as fh:
+            loaded = int(fh.read().strip())
+    except (OSError, ValueError):
+        _log("checkpoint.py:12", f"no checkpoint in {load}: training from scratch")
+        return 0
+    _log("checkpoint.py:12", f"loaded checkpoint from {load} at iteration {loaded}")
+    return loaded + 1
+
+
+def save_checkpoint(save: str, rollout_id: int) -> str:
+    """``save(rollout_id)`` as Megatron writes it: ``iter_<rollout_id:07d>/`` first, then the tracker."""
+    path = os.path.join(save, f"iter_{rollout_id:07d}")
+    os.makedirs(path, exist_ok=True)
+    _write_atomic(os.path.join(path, "STAND_IN_CHECKPOINT"), f"stand-in checkpoint of rollout {rollout_id}\n")
+    _write_atomic(os.path.join(save, "latest_checkpointed_iteration.txt"), str(rollout_id))
+    _log("checkpoint.py:40", f"saved checkpoint from iteration {rollout_id:7d} to {save}")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     bogus = [a for a in argv if a.startswith("--bogus")]
@@ -65,18 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     target = int(_flag(argv, "--num-rollout", "40"))
     save = _flag(argv, "--save")
     load = _flag(argv, "--load")
-    interval = int(_flag(argv, "--save-interval", "20"))
+    interval = _int_or_none(_flag(argv, "--save-interval"))
     step_seconds = float(os.environ.get("MILESRAY_TEST_STEP_SECONDS", "0.3"))
     crash_at = os.environ.get("MILESRAY_TEST_CRASH_AT_STEP")
     crash_every = int(os.environ.get("MILESRAY_TEST_CRASH_EVERY", "0") or 0)
-    start = 0
-    if load:
-        try:
-            with open(os.path.join(load, "latest_checkpointed_iteration.txt")) as fh:
-                start = int(fh.read().strip())
-            _log("checkpoint.py:12", f"loaded checkpoint from {load} at iteration {start}")
-        except (OSError, ValueError):
-            _log("checkpoint.py:12", f"no checkpoint in {load}: training from scratch")
+    start = start_rollout_id(load, _int_or_none(_flag(argv, "--start-rollout-id")))
     print(f"STAND-IN train.py (tests/fakes/fake_ckpt_train.py): rollouts {start}..{target - 1}, save {save} every "
           f"{interval}", flush=True)
     trained = 0
@@ -88,13 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(save, exist_ok=True)
             with open(os.path.join(save, ".stand-in-steps"), "a") as fh:
                 fh.write(f"{os.getpid()} {rid}\n")
-        if save and interval and (rid + 1) % interval == 0:
-            it = rid + 1
-            path = os.path.join(save, f"iter_{it:07d}")
-            os.makedirs(path, exist_ok=True)
-            _write_atomic(os.path.join(path, "STAND_IN_CHECKPOINT"), f"stand-in checkpoint after rollout {rid}\n")
-            _write_atomic(os.path.join(save, "latest_checkpointed_iteration.txt"), str(it))
-            _log("checkpoint.py:40", f"saved checkpoint from iteration {it:7d} to {save}")
+        if save and should_run_periodic_action(rid, interval, None, target):
+            save_checkpoint(save, rid)
         marker = os.path.join(save or ".", f".stand-in-crashed-at-{crash_at}")
         if crash_at is not None and rid == int(crash_at) and not os.path.exists(marker):
             with open(marker, "w") as fh:

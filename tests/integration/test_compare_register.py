@@ -4,7 +4,8 @@ server (haupt sandbox) for the model registry.
 
 Miles cannot run here (no GPU, no Miles image): each run's train.py is the STAND-IN
 tests/fakes/fake_metrics_train.py, which prints Miles-shaped metric lines and writes Megatron-shaped
-checkpoint dirs (iter_0000020, iter_0000040) under the run's output dir -- on this machine, because the
+checkpoint dirs (Miles' numbering: iter_0000019, iter_0000039, after rollouts 19 and 39 of 0..39) under
+the run's output dir -- on this machine, because the
 config's mount_path points into the test's tmp dir."""
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ def test_same_eval_data_names_the_better_run_and_says_it_is_not_proof(runs, cli)
     assert (rows["eval/aime"]["a"], rows["eval/aime"]["a_at"]) == (0.3, 39)
     assert (rows["eval/aime"]["b"], rows["eval/aime"]["b_at"]) == (0.45, 39)
     assert rows["rollout/raw_reward"]["a"] == rows["rollout/raw_reward"]["b"] == 0.5
-    assert r["metric_lines"]["a"] == 40 * 3 + 2  # perf + rollout + step per rollout, eval at 19 and 39
+    # perf + rollout + step per rollout; evals as Miles' train.py runs them: before training (at rollout 0), then
+    # after rollouts 19 and 39
+    assert r["metric_lines"]["a"] == 40 * 3 + 3
     prov = {p["field"]: p for p in r["provenance"]}
     assert prov["recipe_hash"]["same"] and prov["miles_commit"]["a"] == "abc123"
     assert prov["output_dir"]["a"].endswith("/runs/cmp-a") and not prov["output_dir"]["same"]
@@ -150,25 +153,25 @@ def versions(reg) -> list[str]:
 
 
 def test_register_reads_back_with_artifacts_and_source(runs, registry, cli):
-    code, out, err = cli("register", "cmp-b", "--checkpoint", "40", "--polyaxon-host", registry["host"],
+    code, out, err = cli("register", "cmp-b", "--checkpoint", "39", "--polyaxon-host", registry["host"],
                          "--project", registry["project"], "--tag", "candidate", "-o", "json")
     assert code == 0, err
     res = json.loads(out)
-    ckpt = str(runs["mount"] / "runs/cmp-b/checkpoints/iter_0000040")
-    assert res["version"] == "cmp-b-iter-40" and res["checkpoint"] == ckpt
-    assert res["checked"]["iterations"] == [20, 40] and res["checked"]["where"].startswith("worker 127.0.0.")
+    ckpt = str(runs["mount"] / "runs/cmp-b/checkpoints/iter_0000039")
+    assert res["version"] == "cmp-b-iter-39" and res["checkpoint"] == ckpt
+    assert res["checked"]["iterations"] == [19, 39] and res["checked"]["where"].startswith("worker 127.0.0.")
     assert "not a quality gate" in res["note"]
     # read it back from the server through the polyaxon client
-    v = registry["pc"].get_model_version("cmp-b-iter-40")
+    v = registry["pc"].get_model_version("cmp-b-iter-39")
     content = json.loads(v.content)
     assert [a["path"] for a in content["artifacts"]] == [ckpt]
-    assert content["source_run"] == "cmp-b" and content["checkpoint_iteration"] == 40
+    assert content["source_run"] == "cmp-b" and content["checkpoint_iteration"] == 39
     assert content["provenance"]["miles_commit"] == "abc123" and content["provenance"]["dataset_revision"] == "d1"
     assert "cmp-b" in v.description and "not a quality gate" in v.description
     assert {"miles", "miles-ray", "qwen3-4b", "candidate"} <= set(v.tags)
-    assert versions(registry) == ["cmp-b-iter-40"]
+    assert versions(registry) == ["cmp-b-iter-39"]
 
-    code, out, err = cli("register", "cmp-b", "--checkpoint", "40", "--polyaxon-host", registry["host"],
+    code, out, err = cli("register", "cmp-b", "--checkpoint", "39", "--polyaxon-host", registry["host"],
                          "--project", registry["project"])
     assert code == 2 and "already exists" in err and "--force" in err
 
@@ -177,13 +180,13 @@ def test_missing_checkpoint_is_refused_and_nothing_registered(runs, registry, cl
     code, out, err = cli("register", "cmp-a", "--checkpoint", "30", "--polyaxon-host", registry["host"],
                          "--project", registry["project"])
     assert code == 2
-    assert "checkpoint iteration 30 does not exist" in err and "existing iterations: 20, 40" in err
+    assert "checkpoint iteration 30 does not exist" in err and "existing iterations: 19, 39" in err
     assert sum(1 for line in err.splitlines() if line.startswith("error:")) == 1 and "Traceback" not in err
     assert versions(registry) == []
     # the same answer when looking on this machine (what the local backend does)
     code, _, err = cli("register", "cmp-a", "--checkpoint", "30", "--check-via", "local",
                        "--polyaxon-host", registry["host"], "--project", registry["project"])
-    assert code == 2 and "existing iterations: 20, 40" in err and "this machine" in err
+    assert code == 2 and "existing iterations: 19, 39" in err and "this machine" in err
     assert versions(registry) == []
 
 
@@ -198,18 +201,18 @@ def test_register_links_the_polyaxon_run_when_the_record_has_one(runs, registry,
     rec = state.load_record("cmp-b")
     state.save_record({**rec, "run": "cmp-b-px", "polyaxon_run_uuid": run_uuid})
     try:
-        code, out, err = cli("register", "cmp-b-px", "--checkpoint", "20", "--version", "q4-rl-v1",
+        code, out, err = cli("register", "cmp-b-px", "--checkpoint", "19", "--version", "q4-rl-v1",
                              "--polyaxon-host", registry["host"], "--project", registry["project"])
         assert code == 0, err
         assert "not a quality gate" in out and f"Polyaxon run {run_uuid}" in out
         v = registry["pc"].get_model_version("q4-rl-v1")
-        assert v.run == run_uuid and v.artifacts == ["checkpoint-iter_0000020"]
+        assert v.run == run_uuid and v.artifacts == ["checkpoint-iter_0000019"]
         [art] = v.meta_info["artifacts"]
-        assert art["path"] == str(runs["mount"] / "runs/cmp-b/checkpoints/iter_0000020") and art["kind"] == "model"
+        assert art["path"] == str(runs["mount"] / "runs/cmp-b/checkpoints/iter_0000019") and art["kind"] == "model"
     finally:
         state.record_path("cmp-b-px").unlink(missing_ok=True)
 
 
 def test_register_needs_a_registry(runs, cli):
-    code, _, err = cli("register", "cmp-a", "--checkpoint", "20")
+    code, _, err = cli("register", "cmp-a", "--checkpoint", "19")
     assert code == 2 and "model registry is not enabled" in err

@@ -236,3 +236,34 @@ def test_statuses_and_outputs_go_through_a_405(polyaxon_server, tmp_path):
     assert run["status"] == "succeeded", run["status"]
     assert "eval__aime" in run["outputs"] and "train__loss" in run["outputs"], run["outputs"]
     assert {a["name"] for a in runs.lineage(uuid)} >= {"checkpoints"}, proxy.seen
+
+
+def test_a_diverged_loss_is_told_once_as_an_output_of_the_run(polyaxon_server, tmp_path, monkeypatch):
+    """A NaN loss (the ``nan_loss`` finding of ``status RUN``) is told to the Polyaxon run of a tracked run: its
+    output ``nan_loss`` says which loss, at which rollout; told once, at an upload, and the run is not stopped (the
+    reporter's logs and metrics go on as before)."""
+    monkeypatch.setenv("MILESRAY_TEST_FAKE_NAN_LOSS_FROM", "4")  # the STAND-IN's loss is nan from rollout 4
+    runs, uuid, log = tracked_run_and_log(polyaxon_server, "rep-nan", 8)
+    section = {"host": polyaxon_server.host, "owner": "default", "project": PROJECT, "run_uuid": uuid,
+               "work_dir": str(tmp_path / "work"), "upload_seconds": 0.001}
+    reporter = reporter_module().make_reporter(section)
+    atexit.unregister(reporter.close)
+    told: list[str] = []
+    send = reporter.rc.log_outputs
+
+    def log_outputs(**outputs):  # the real client's call, counted
+        if "nan_loss" in outputs:
+            told.append(outputs["nan_loss"])
+        return send(**outputs)
+
+    reporter.rc.log_outputs = log_outputs
+    reporter.attempt_started({"event": "attempt_started", "attempt": 1, "submission_id": "rep-nan"})
+    lines = log.splitlines(keepends=True)
+    for i in range(0, len(lines), 3):  # pieces of the log, an upload after each
+        reporter.log_chunk(1, "".join(lines[i:i + 3]))
+    assert runs.run(uuid)["outputs"]["nan_loss"].startswith("train/loss is nan at rollout 4: the loss diverged")
+    reporter.finished({"event": "finished", "status": "SUCCEEDED", "reason": "the job succeeded"})
+    assert len(told) == 1, told
+    run = runs.run(uuid)
+    assert run["status"] == "succeeded" and run["outputs"]["nan_loss"] == told[0]
+    assert runs.logs(uuid) == [line for line in log.splitlines() if line.strip()]  # every line, once

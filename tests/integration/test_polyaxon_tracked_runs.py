@@ -146,7 +146,7 @@ def check_polyaxon_run(world, run: str) -> dict:
     ckpt = lineage["checkpoints"]
     assert ckpt["kind"] == "dir" and ckpt["is_input"] is False
     assert ckpt["summary"]["checkpoint_dir"] == rec["checkpoint_dir"]
-    assert ckpt["summary"]["latest_iteration"] == str(ROLLOUTS)
+    assert ckpt["summary"]["latest_iteration"] == str(ROLLOUTS - 1)  # Miles' numbering: saved after the last rollout
     return px
 
 
@@ -221,14 +221,14 @@ def state_of(run: str) -> dict:
 
 def test_register_links_the_model_version_to_the_run(env, cli):
     rec = state_of("px-a")
-    code, out, err = cli("register", "px-a", "--checkpoint", str(ROLLOUTS), "-o", "json")
+    code, out, err = cli("register", "px-a", "--checkpoint", str(ROLLOUTS - 1), "-o", "json")
     assert code == 0, err
     r = json.loads(out)
     assert r["polyaxon_run_uuid"] == rec["polyaxon_run_uuid"] and r["project"] == f"default/{PROJECT}"
     assert r["host"] == env["haupt"].host
     assert r["registered"]["run"] == rec["polyaxon_run_uuid"]
     lineage = {a["name"] for a in tracked(env).lineage(rec["polyaxon_run_uuid"])}
-    assert f"checkpoint-iter_{ROLLOUTS:07d}" in lineage and "checkpoints" in lineage
+    assert f"checkpoint-iter_{ROLLOUTS - 1:07d}" in lineage and "checkpoints" in lineage
 
 
 def test_stop_stops_the_ray_job_the_supervisor_and_the_polyaxon_run(env, cli):

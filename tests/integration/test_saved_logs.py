@@ -1,18 +1,24 @@
 """Logs outlive the cluster, on a REAL local Ray cluster of this test's own (the session cluster is shared and
 must never be brought down): a run seen ended by 'submit -f' is saved then; a run still holding its GPUs is
 saved by 'down', with the run stopped by 'stop' (saved when it ends); after 'down' 'logs RUN' and 'status RUN'
-answer from the saved copies and say so."""
+answer from the saved copies and say so; a supervised run's every attempt (and its supervisor's events) is saved by
+'down' and printed whole after it."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from miles_ray.adapters import local_ray as lr
-from miles_ray.adapters import state
+from miles_ray.adapters import ray_jobs, state
+from miles_ray.adapters.local_ray.supervisor import LocalSupervisor
+from miles_ray.core.supervision import final_status, fold_attempts
+from tests.conftest import REPO
+from tests.infra.fixtures import poll
 
 pytestmark = pytest.mark.ray
 
@@ -108,3 +114,64 @@ def test_without_a_saved_copy_a_gone_cluster_is_still_an_error(own_cluster, cli)
     code, _, err = cli("logs", "lost")
     assert code == 1 and err.startswith("error: ") and "Traceback" not in err
     assert not Path(state.saved_dir("lost")).exists()
+
+
+def test_every_attempt_of_a_supervised_run_is_saved_and_printed_whole_after_down(own_cluster, cli, tmp_path):
+    """Issue 37 (logs are outputs): a supervised run whose trainer (the STAND-IN tests/fakes/fake_ckpt_train.py, with
+    Miles' numbering) is SIGKILLed once after rollout 7, resumed from checkpoint 5 and SUCCEEDED. Nothing reads its
+    status or logs through miles-ray before 'down' (its end is seen in its supervisor's own events): 'down' saves
+    both attempts' driver logs and job info and the supervisor's events; afterwards 'logs RUN' prints both attempts
+    whole (byte for byte what the head had), exit 0. An attempt whose copy is really gone is named in one error line
+    and 'logs' exits 1, after printing what it has."""
+    root = tmp_path / "miles"
+    root.mkdir()
+    (root / "train.py").write_text((REPO / "tests" / "fakes" / "fake_ckpt_train.py").read_text())  # STAND-IN
+    mount = tmp_path / "mnt"
+    (tmp_path / "miles-ray.yaml").write_text(f"miles_root: {root}\nmount_path: {mount}\n")
+    run = "twice"
+    code, out, err = cli("submit", "--address", f"local://{NAME}", "--name", NAME, "--run", run, "--nodes", "1",
+                         "--num-rollout", "12", "--extra-args", "--save-interval 3", "--miles-commit", "abc123",
+                         "--allow-miles-drift", "--no-follow", "-o", "json", "--env", "MILESRAY_TEST_CRASH_AT_STEP=7",
+                         "--env", "MILESRAY_TEST_STEP_SECONDS=0.1")
+    assert code == 0, err
+    rec = state.load_record(run)
+    sid = rec["submission_id"]
+    handle = LocalSupervisor(run, rec["supervisor"]["where"])
+    final = poll("the supervisor to finish", lambda: final_status(handle.events()), 240, interval=1.0)
+    assert final["status"] == "SUCCEEDED", final
+    a1, a2 = fold_attempts(handle.events())
+    assert (a1["submission_id"], a2["submission_id"], a2["resumed_iteration"]) == (sid, f"{sid}-a2", 5)
+    url = own_cluster["dashboard_url"]
+    live = {n: ray_jobs.logs(url, s) for n, s in ((1, sid), (2, f"{sid}-a2"))}  # read past miles-ray: saves nothing
+    assert "step 7:" in live[1] and "step 11:" in live[2] and "training done at step 11" in live[2]
+    assert not (state.saved_dir(run) / "attempt-2").exists()
+
+    code, out, err = cli("down", "--backend", "local", "--name", NAME, "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["saved_runs"] == {"saved": [run], "not_saved": {}}
+    copies = {1: state.saved_dir(run), 2: state.saved_dir(run) / "attempt-2"}  # runs/RUN.saved/[attempt-N/]
+    for n, d in copies.items():
+        meta = json.loads((d / "job.json").read_text())
+        assert meta["job"]["submission_id"] == (sid if n == 1 else f"{sid}-a2") and meta["reason"] == "down"
+        assert meta["job"]["status"] == ("FAILED" if n == 1 else "SUCCEEDED")
+        assert (d / "driver.log").read_text() == live[n]
+    events = json.loads((state.saved_dir(run) / "supervisor-events.json").read_text())
+    assert final_status(events)["status"] == "SUCCEEDED" and len(fold_attempts(events)) == 2
+
+    ck = mount / "runs" / run / "checkpoints"
+    code, out, err = cli("logs", run)
+    assert code == 0, err
+    assert out == (f"== attempt 1 ({sid}) ==\n" + live[1]
+                   + f"== attempt 2 ({sid}-a2), resumed from {ck} iter 5, from rollout 6 ==\n" + live[2])
+    assert err.count("reading the saved copy") == 2 and "cannot be read" not in out + err
+    code, out, _ = cli("status", run, "-o", "json")
+    info = json.loads(out)
+    assert code == 0 and info["status"] == "SUCCEEDED" and [a["status"] for a in info["attempts"]] == [
+        "FAILED", "SUCCEEDED"]
+
+    # an attempt whose copy is really gone: named in one line, exit 1, the other attempt still printed whole
+    shutil.rmtree(copies[2])
+    code, out, err = cli("logs", run)
+    assert code == 1 and out == f"== attempt 1 ({sid}) ==\n" + live[1]
+    [line] = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert f"attempt 2 ({sid}-a2)" in line and "attempt 1 " not in line and "Traceback" not in err

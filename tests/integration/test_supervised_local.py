@@ -90,7 +90,8 @@ def steps_by_attempt(world, run: str) -> list[list[int]]:
 
 def test_a_trainer_that_crashes_once_is_resumed_from_its_last_checkpoint_after_the_cli_is_gone(world, cli):
     """submit runs as its own process and returns (the supervisor is detached); the trainer is SIGKILLed after
-    step 7 (checkpoints at iterations 3 and 6): attempt 2 resumes from iteration 6 and the run SUCCEEDS."""
+    step 7 (Miles' numbering: checkpoints at iterations 2 and 5, after rollouts 2 and 5): attempt 2 loads iteration 5,
+    starts at rollout 6 and the run SUCCEEDS."""
     run = "sup-once"
     proc = subprocess.run([sys.executable, "-m", "miles_ray.cli.app",
                            *submit_args(world, run, env={"MILESRAY_TEST_CRASH_AT_STEP": "7"})],
@@ -106,7 +107,7 @@ def test_a_trainer_that_crashes_once_is_resumed_from_its_last_checkpoint_after_t
     assert (a1["status"], a1["retry"], a1["last_step"], a1["resumed_from"]) == ("FAILED", True, 7, None)
     assert "killed" in a1["reason"]
     assert (a2["status"], a2["submission_id"], a2["resumed_from"], a2["resumed_iteration"]) == (
-        "SUCCEEDED", f"{a1['submission_id']}-a2", ck, 6)
+        "SUCCEEDED", f"{a1['submission_id']}-a2", ck, 5)
     assert a2["last_step"] == TARGET - 1
     for key in ("started", "ended"):
         assert a1[key] and a2[key]
@@ -118,8 +119,8 @@ def test_a_trainer_that_crashes_once_is_resumed_from_its_last_checkpoint_after_t
     code, out, _ = cli("logs", run)
     assert code == 0
     h1 = out.index(f"== attempt 1 ({a1['submission_id']}) ==")
-    h2 = out.index(f"== attempt 2 ({a2['submission_id']}), resumed from {ck} iter 6 ==")
-    assert h1 < out.index("step 7:") < h2 < out.index(f"loaded checkpoint from {ck} at iteration 6") \
+    h2 = out.index(f"== attempt 2 ({a2['submission_id']}), resumed from {ck} iter 5, from rollout 6 ==")
+    assert h1 < out.index("step 7:") < h2 < out.index(f"loaded checkpoint from {ck} at iteration 5") \
         < out.index(f"step {TARGET - 1}:")
     statuses = {j["job_id"]: j["status"] for j in run_jobs(world, run)}
     assert statuses == {a1["submission_id"]: "FAILED", a2["submission_id"]: "SUCCEEDED"}
@@ -164,7 +165,8 @@ def test_stop_while_running_stays_stopped(world, cli):
 
 
 def test_the_restart_budget_spent_fails_listing_every_attempt(world, cli):
-    """--max-restarts 1, a trainer SIGKILLed after 4 steps of every attempt (progress each time)."""
+    """--max-restarts 1, a trainer SIGKILLed after 4 steps of every attempt (progress each time): attempt 1 trains
+    rollouts 0..3 (checkpoint 2), attempt 2 loads iteration 2 and trains 3..6."""
     run = "sup-budget"
     code, out, err = cli(*submit_args(world, run, "--max-restarts", "1", env={"MILESRAY_TEST_CRASH_EVERY": "4"}))
     assert code == 0, err
@@ -172,7 +174,7 @@ def test_the_restart_budget_spent_fails_listing_every_attempt(world, cli):
     assert info["status"] == "FAILED"
     a1, a2 = info["attempts"]
     assert (a1["last_step"], a1["retry"]) == (3, True)
-    assert (a2["last_step"], a2["retry"], a2["resumed_iteration"]) == (6, False, 3)
+    assert (a2["last_step"], a2["retry"], a2["resumed_iteration"]) == (6, False, 2)
     assert "restart budget is spent" in a2["why"] and "restart budget is spent" in info["message"]
     assert len(run_jobs(world, run)) == 2
 

@@ -309,11 +309,11 @@ def test_ray_token_auth_on_the_kuberay_cluster(live: SimpleNamespace) -> None:
 
 def test_a_pods_ray_agent_port_answers_and_a_closed_port_is_told_refused(live: SimpleNamespace) -> None:
     """What 'down', 'park' and 'scale' read to tell that Ray has stopped in a Polyaxon-made pod being deleted
-    (services/backends/kube_common.LingeringSidecars): through a port-forward, Ray's agent port (52365, on the
+    (services/backends/kube/sidecars.LingeringSidecars): through a port-forward, Ray's agent port (52365, on the
     pod's loopback in every pod KubeRay makes) of a running pod is not refused, a port nothing listens on is; a
     pod that does not exist is not told refused either (only "connection refused" counts)."""
     from miles_ray.adapters.kube import port_refused
-    from miles_ray.services.backends.kube_common import RAY_AGENT_PORT
+    from miles_ray.services.backends.kube.sidecars import RAY_AGENT_PORT
 
     pods = live.core.list_namespaced_pod(NS, label_selector=f"ray.io/cluster={NAME}").items
     assert len(pods) == 3

@@ -403,9 +403,11 @@ def _check_polyaxon_run(miles: SimpleNamespace, run: str, eval_final: float) -> 
     ckpt = lineage["checkpoints"]
     assert ckpt["kind"] == "dir" and ckpt["is_input"] is False
     assert ckpt["summary"]["checkpoint_dir"] == rec["checkpoint_dir"]
-    assert ckpt["summary"]["latest_iteration"] == str(ROLLOUTS)
+    # Miles' numbering: the one checkpoint is saved after the last rollout, ROLLOUTS - 1
+    assert ckpt["summary"]["latest_iteration"] == str(ROLLOUTS - 1)
     on_claim = live.px.data / Path(rec["checkpoint_dir"]).relative_to("/mnt/miles")
-    assert (on_claim / "latest_checkpointed_iteration.txt").read_text() == str(ROLLOUTS)
+    assert (on_claim / "latest_checkpointed_iteration.txt").read_text() == str(ROLLOUTS - 1)
+    assert (on_claim / f"iter_{ROLLOUTS - 1:07d}").is_dir()
 
 
 def _supervisor_logs(live: SimpleNamespace, run: str) -> list[str]:

@@ -412,7 +412,9 @@ def worker_loss(live: SimpleNamespace, run: str) -> dict:
     logs = [_job_logs(live, j["submission_id"]) for j in jobs]
     return {"status": st, "jobs": jobs, "logs": logs, "sid": sid, "supervisor_pod": sup_pod,
             "figures": {"worker_deleted_to_training_resumed_s": resumed_s, "supervisor_rss_mib": rss,
-                        "steps_lost": max(_steps(logs[0])) + 1 - (st["attempts"][1].get("resumed_iteration") or 0)
+                        # Miles' numbering: checkpoint N holds rollout N; the rollouts after it are trained twice
+                        "steps_lost": max(_steps(logs[0])) - st["attempts"][1]["resumed_iteration"]
+                        if st["attempts"][1].get("resumed_iteration") is not None else max(_steps(logs[0])) + 1
                         if len(logs) > 1 and len(st["attempts"]) > 1 else None}}
 
 
@@ -429,11 +431,12 @@ def test_a_worker_pod_lost_mid_run_is_resumed_from_the_last_checkpoint(cluster: 
     _never_two_drivers(jobs)
     s1, s2 = _steps(logs[0]), _steps(logs[1])
     resumed = a2["resumed_iteration"]
-    assert resumed is not None and resumed % K == 0 and 0 < resumed <= max(s1), (resumed, s1)
-    assert max(s1) + 1 - resumed <= K  # the last complete checkpoint: at most K steps lost
-    assert s2[0] == resumed and s2[-1] == TARGET - 1, s2  # resumed right at it, up to the target
-    assert s1 == list(range(len(s1))) and s2 == list(range(resumed, TARGET))
-    assert sorted(set(s1) & set(s2)) == list(range(resumed, max(s1) + 1))  # only steps past it trained twice
+    # Miles' numbering: checkpoint N is saved once rollout N is trained, when (N + 1) % K == 0; it resumes at N + 1
+    assert resumed is not None and (resumed + 1) % K == 0 and 0 <= resumed <= max(s1), (resumed, s1)
+    assert max(s1) - resumed < K  # the last complete checkpoint: fewer than K steps lost
+    assert s2[0] == resumed + 1 and s2[-1] == TARGET - 1, s2  # resumed right after it, up to the target
+    assert s1 == list(range(len(s1))) and s2 == list(range(resumed + 1, TARGET))
+    assert sorted(set(s1) & set(s2)) == list(range(resumed + 1, max(s1) + 1))  # only steps past it trained twice
     # the supervisor pod: small, restricted, no API token, admitted in a namespace enforcing restricted
     pod = got["supervisor_pod"]
     [c] = pod.spec.containers
@@ -584,7 +587,7 @@ def head_loss(live: SimpleNamespace, run: str) -> dict:
     resumed = st["attempts"][1].get("resumed_iteration") if len(st["attempts"]) > 1 else None
     return {"status": st, "before": before, "after": _worker_containers(live), "steps": steps, "resumed": resumed,
             "figures": {"head_deleted_to_training_resumed_s": resumed_s,
-                        "head_loss_steps_lost": max(steps[0]) + 1 - resumed if resumed is not None else None}}
+                        "head_loss_steps_lost": max(steps[0]) - resumed if resumed is not None else None}}
 
 
 def test_the_head_pod_lost_with_gcs_ft_resumes_and_keeps_the_workers(cluster: SimpleNamespace,
@@ -621,5 +624,5 @@ def test_the_head_pod_lost_with_gcs_ft_resumes_and_keeps_the_workers(cluster: Si
     assert got["after"] == got["before"]  # same pods, same containers, restartCount unchanged
     s1, s2 = got["steps"]
     resumed = got["resumed"]
-    assert resumed is not None and resumed % K == 0 and max(s1) + 1 - resumed <= K, (resumed, s1)
-    assert s2 == list(range(resumed, TARGET)), s2
+    assert resumed is not None and (resumed + 1) % K == 0 and max(s1) - resumed < K, (resumed, s1)
+    assert s2 == list(range(resumed + 1, TARGET)), s2

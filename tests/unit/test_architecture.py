@@ -61,3 +61,39 @@ def test_the_counters_see_what_they_count(tmp_path):
         assert figures.verb_imports(cli) == [("up", "render")]
     finally:
         figures.REPO = REPO
+
+
+def test_the_new_counters_see_what_they_count(tmp_path):
+    """The issue-39 figures (record keys, Ray HTTP, largest module, supervision, Polyaxon resolutions) each find a
+    planted case and leave alone what they do not count."""
+    runs = tmp_path / "runs.py"
+    runs.write_text("class RunRecord(BaseModel):\n    model_config = 1\n    schema_: str = Field('v', alias='schema')\n"
+                    "    run: str\n    head: dict | None = None\n")
+    fields = figures.record_fields(runs)
+    assert fields == {"schema", "run", "head"}
+    assert {"schema", "run", "attempts", "polyaxon_host"} <= figures.record_fields(REPO / "miles_ray/core/runs.py")
+    mod = tmp_path / "m.py"
+    mod.write_text('"""Ray at /api/jobs/ (a docstring)."""\n'
+                   'def f(rec, sid):\n    rec["run"] = rec.get("head")\n    if "schema" in rec:\n'
+                   '        rec.pop("run")\n    other["name"], rec.get("nope")\n'
+                   '    return f"{sid}/api/v0/nodes?limit=1"\n'
+                   'def poly():\n    return "/api/v1/orgs"\n'
+                   'def head_lost():\n    PolyaxonApi(host=cfg.polyaxon_host)\n    polyaxon_api.PolyaxonApi(rec.polyaxon_host)\n'
+                   '    PolyaxonApi(host=rec.get("polyaxon_host"), retries=1)\n    PolyaxonApi()\n')
+    plain = tmp_path / "plain.py"
+    plain.write_text('"""Nothing: /api/jobs/ in a docstring."""\nx = "/api/v1/runs"\n')
+    named = tmp_path / "supervisor_thing.py"
+    named.write_text("x = 1\n")
+    figures.REPO = tmp_path
+    try:
+        rel = "m.py"
+        assert figures.record_key_accesses([mod], fields) == [(rel, 3, "head"), (rel, 3, "run"), (rel, 4, "schema"),
+                                                              (rel, 5, "run")]
+        assert figures.ray_http_modules([mod, plain]) == [rel]
+        assert figures.largest_modules([plain, mod, tmp_path / "data.json"]) == [(rel, 14), ("plain.py", 2)]
+        assert figures.supervision_files([mod, plain, named]) == [rel, "supervisor_thing.py"]
+        assert figures.polyaxon_resolutions([mod]) == [
+            (".polyaxon_host", ["m.py:11", "m.py:12"]), ("<environment>", ["m.py:14"]),
+            ("rec.get('polyaxon_host')", ["m.py:13"])]
+    finally:
+        figures.REPO = REPO

@@ -282,6 +282,20 @@ def _int(text: str, opt: str) -> int | None:
     return value if low <= value <= high else None
 
 
+def _pods_fit(recipe, nodes: int, g: int, layout: str, rollout_nodes: int | None, rollout_gpus: int | None) -> bool:
+    from miles_ray.core.errors import ConfigError
+    from miles_ray.core.memory import GIB, estimate
+    from miles_ray.core.planner import plan_split
+
+    disaggregated = layout == "disaggregated"
+    plan = plan_split(recipe, nodes, g, layout, rollout_nodes if disaggregated else None,
+                      rollout_gpus if disaggregated else None, with_suggestions=False)
+    try:
+        return estimate(recipe, plan, memory_per_node=512 * GIB).fits
+    except ConfigError:
+        return True
+
+
 def expected_outcome(cmd: str, segments: list[tuple], dangling: str | None) -> tuple[int, int]:
     """(exit code, warning lines printed before the one error line) for these arguments."""
     from miles_ray.core.recipes import BUILTIN
@@ -327,11 +341,20 @@ def expected_outcome(cmd: str, segments: list[tuple], dangling: str | None) -> t
     broken = oracle(recipe, ints.get("--nodes", 1), g, layout,
                     *((rollout_nodes, rollout_gpus) if layout == "disaggregated" else (None, None)))
     if not broken:
+        # render of a named recipe: refused when its host memory does not fit the default 512Gi pods (the estimate
+        # itself is held by tests/unit/test_memory_fit.py; here only that render refuses what it says)
+        if cmd == "render" and "--recipe" in values and not _pods_fit(recipe, ints.get("--nodes", 1), g, layout,
+                                                                       rollout_nodes, rollout_gpus):
+            return 2, 0
         return 0, 0
     if cmd == "render":
         return 2, 0
-    # plan prints the plan's warnings before refusing: TP wider than a node, rollout sizes ignored when colocated
-    warnings = int(recipe.tensor_parallel > g) + int(layout == "colocated" and bool(rollout_nodes or rollout_gpus))
+    # plan prints the plan's warnings before refusing: TP wider than a node, rollout sizes ignored when colocated,
+    # a node count outside the upstream launcher's own layouts
+    nodes = ints.get("--nodes", 1)
+    warnings = (int(recipe.tensor_parallel > g) + int(layout == "colocated" and bool(rollout_nodes or rollout_gpus))
+                + int(bool(recipe.launcher_max_nodes) and nodes > recipe.launcher_max_nodes)
+                + int(bool(recipe.launcher_min_nodes) and nodes < recipe.launcher_min_nodes))
     return 2, warnings
 
 

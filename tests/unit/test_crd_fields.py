@@ -137,7 +137,7 @@ def test_preflight_refusal_is_one_line_exit_2() -> None:
 
 def test_preflight_names_every_field_the_installed_crd_would_drop() -> None:
     from miles_ray.core.errors import Invalid
-    from miles_ray.services.backends.kube_common import check_fields_known
+    from miles_ray.services.backends.kube.preflight import check_fields_known
 
     rc = _rendered()
     rc["spec"]["authOptions"] = {"mode": "token"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from miles_ray.services.backends.idle import judge_idle
-from miles_ray.services.backends.kube_common import autoscaler_owner
+from miles_ray.services.backends.kube.scaling import autoscaler_owner
 from tests.unit.test_builders import CASES, _docs
 
 

@@ -55,7 +55,7 @@ RUNNING = client.V1ContainerState(running=client.V1ContainerStateRunning())
 
 def test_a_polyaxon_pod_being_deleted_with_grace_left_lingers():
     """Polyaxon's sidecar waits out the grace period of a pod being deleted (the real pods showed it): such a pod
-    is one whose grace may be cut once Ray has stopped in it (kube_common.LingeringSidecars)."""
+    is one whose grace may be cut once Ray has stopped in it (kube/sidecars.LingeringSidecars)."""
     assert lingering_sidecar(_deleting(_pod("Never", RUNNING), 30)) is True
 
 

@@ -195,7 +195,7 @@ def test_gpu_workers_alive_counts_alive_gpu_nodes_with_enough_gpus():
     rows = [{"state": "ALIVE", "is_head_node": True, "resources_total": {"CPU": 1}},
             {"state": "ALIVE", "resources_total": {"GPU": 8}}, {"state": "DEAD", "resources_total": {"GPU": 8}},
             {"state": "ALIVE", "resources_total": {"GPU": 4}}]
-    assert sv.gpu_workers_alive(rows, 8) == 1 and sv.gpu_workers_alive(rows, 0) == 2
+    assert len(sv.gpu_workers_ready(rows, 8)) == 1 and len(sv.gpu_workers_ready(rows, 0)) == 2
 
 
 # -- the program as shipped -----------------------------------------------------------------------------------

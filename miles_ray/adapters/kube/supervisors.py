@@ -108,27 +108,6 @@ def alive(api_client, namespace: str, run: str) -> bool:
     return job is not None and sj.job_final(job) is None and not job["metadata"].get("deletionTimestamp")
 
 
-def final(api_client, namespace: str, run: str) -> dict[str, Any] | None:
-    """How the supervisor ended: ``{"condition": "Complete"|"Failed", "reason", "message", "exit_code",
-    "termination_message"}`` from the Job's conditions and its last pod's container, None while it runs or when
-    there is no Job."""
-    job = read_job(api_client, namespace, run)
-    condition = sj.job_final(job)
-    if condition is None:
-        return None
-    cond = next(c for c in job["status"]["conditions"] if c["type"] == condition)
-    out: dict[str, Any] = {"condition": condition, "reason": cond.get("reason"), "message": cond.get("message"),
-                           "exit_code": None, "termination_message": None}
-    for pod in reversed(pods(api_client, namespace, run)):
-        status = next((c for c in pod.status.container_statuses or [] if c.name == sj.CONTAINER), None)
-        ended = status and ((status.state and status.state.terminated)
-                            or (status.last_state and status.last_state.terminated))
-        if ended:
-            out["exit_code"], out["termination_message"] = ended.exit_code, (ended.message or "").strip() or None
-            break
-    return out
-
-
 def delete(api_client, namespace: str, run: str, timeout: float = 120) -> bool:
     """Delete the run's supervisor Job (foreground propagation: its pods first) and ConfigMap, and wait until
     its pods are gone. False when there was no Job. TimedOut when pods are still there after ``timeout``."""

@@ -1,6 +1,7 @@
 """The supervisor of a run on this machine (the embedded cluster, or a head reached from here): a detached process
 (its own session: closing the terminal or the CLI exiting changes nothing) running ``supervise.py`` with this
-venv's python. What it needs lives in ``<state dir>/supervisors/<run>/``: ``program/`` (the shipped program,
+venv's python. What it needs lives in ``<state dir>/supervisors/<run>/`` (the run record keeps that dir relative to
+the state dir: a state dir moved elsewhere is read the same): ``program/`` (the shipped program,
 :mod:`miles_ray.adapters.supervisor_program`), ``spec.json`` (its input),
 ``events.log`` (its stdout: one ``MILES_RAY_SUPERVISOR`` event a line), ``stderr.log``, ``process.json`` (its PID
 and start time: a PID reused by another process is never signalled).
@@ -36,7 +37,11 @@ class LocalSupervisor:
 
     def __init__(self, run: str, where: dict[str, Any] | None = None) -> None:
         self.run = run
-        self.dir = Path((where or {}).get("dir") or supervisor_dir(run))
+        kept = (where or {}).get("dir")  # relative to the state dir; absolute in records of older miles-rays
+        self.dir = state.kept_path_now(kept, f"supervisors/{run}") if kept else supervisor_dir(run)
+        # the state dir it was started in, when that was moved since (its spec names files there)
+        self.moved_from = Path(kept).parents[1] if kept and Path(kept).is_absolute() and Path(kept) != self.dir \
+            else None
 
     @property
     def events_path(self) -> Path:
@@ -67,7 +72,7 @@ class LocalSupervisor:
                                     start_new_session=True, close_fds=True)
         ticks = start_ticks(proc.pid)
         state.atomic_write_json(self.dir / "process.json", {"pid": proc.pid, "start_ticks": ticks})
-        return {"dir": str(self.dir), "pid": proc.pid, "start_ticks": ticks}
+        return {"dir": state.kept_path(self.dir), "pid": proc.pid, "start_ticks": ticks}
 
     def restart(self) -> bool:
         """Start the supervisor again with the spec it was started with, when it is not running (it adopts the
@@ -75,6 +80,8 @@ class LocalSupervisor:
         spec = state.read_json(self.spec_path)
         if self.alive() is not False or not spec:
             return False
+        if self.moved_from is not None:  # the files its spec names (its token copy) moved with the state dir
+            spec = _rerooted(spec, str(self.moved_from), str(state.state_dir()))
         self.start(spec)
         return True
 
@@ -110,6 +117,17 @@ class LocalSupervisor:
             while time.monotonic() < deadline and self.alive():
                 _reap(pid)
                 time.sleep(0.05)
+
+
+def _rerooted(value: Any, old: str, new: str) -> Any:
+    """``value`` (a spec) with every path under ``old`` put under ``new``."""
+    if isinstance(value, dict):
+        return {k: _rerooted(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rerooted(v, old, new) for v in value]
+    if isinstance(value, str) and (value == old or value.startswith(old.rstrip("/") + "/")):
+        return new + value[len(old.rstrip("/")):]
+    return value
 
 
 def _reap(pid: int) -> None:

@@ -1,7 +1,7 @@
 """The cluster backends behind one seam: the embedded local Ray cluster (:mod:`.local`), KubeRay directly
-(:mod:`.kuberay`) and KubeRay through Polyaxon (:mod:`.polyaxon`); what the two Kubernetes ones share is in
-:mod:`.kube_common`. Every cluster verb asks :func:`for_cluster` which backend a cluster is on, then calls it:
-each method returns one typed result (:mod:`.results`)."""
+(:mod:`.kuberay`) and KubeRay through Polyaxon (:mod:`.polyaxon`); what the two Kubernetes ones share is in the
+package :mod:`.kube` (one module a topic). Every cluster verb asks :func:`for_cluster` which backend a cluster is on,
+then calls it: each method returns one typed result (:mod:`.results`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Protocol
 
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.progress import Progress
-from miles_ray.services.backends.kube_common import recorded_via
+from miles_ray.services.backends.kube.bookkeeping import recorded_via
 from miles_ray.services.backends.kuberay import KubeRayBackend
 from miles_ray.services.backends.local import LocalBackend
 from miles_ray.services.backends.polyaxon import PolyaxonBackend

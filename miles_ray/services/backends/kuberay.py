@@ -13,9 +13,9 @@ from miles_ray.core.errors import ConfigError, Conflict, TimedOut
 from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress, say
 from miles_ray.services import k8s_clusters
-from miles_ray.services.backends import kube_common as kc
 from miles_ray.services.backends.drift import refuse_drift
 from miles_ray.services.backends.idle import park_gate
+from miles_ray.services.backends.kube import bookkeeping, preflight, scaling, status, teardown, waits
 from miles_ray.services.backends.results import KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp, ParkResult
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -132,11 +132,11 @@ class KubeRayBackend:
         """After the preflight, create the RayCluster (idempotent by name: one that exists with this spec is only
         waited for) and (``wait``) wait until every GPU worker has joined Ray."""
         rc = objects.raycluster or {}
-        api = kc.client(cfg)
+        api = bookkeeping.client(cfg)
         rays = kube.RayClusters(api)
         existing = rays.get(cfg.namespace, cfg.name)
         say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
-        report = kc.preflight(cfg, api, cfg.nodes, True, reconciling=existing is not None, rendered=rc)
+        report = preflight.preflight(cfg, api, cfg.nodes, True, reconciling=existing is not None, rendered=rc)
         if cfg.gcs_ft and existing is None:  # an existing cluster is only waited for (a changed one is refused)
             report.gcs_ft = check_gcs_ft(cfg, api, objects.image, progress, probe=not dry_run, timeout=timeout)
         result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
@@ -164,44 +164,44 @@ class KubeRayBackend:
                                    "differs: " + "; ".join(diffs), hint="'miles-ray status' shows it") from None
                 say(progress, f"RayCluster {cfg.name} already exists (created by a concurrent 'up' meanwhile); "
                               "waiting for it")
-        kc.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": cfg.name, "namespace": cfg.namespace,
+        bookkeeping.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": cfg.name, "namespace": cfg.namespace,
                              "context": cfg.kube_context}, cfg.ray_auth_secret or kuberay_token_secret(cfg.name))
         if wait:
-            result.status = kc.wait_ready(cfg, api, cfg.name, cfg.nodes, progress, timeout, ray_check)
+            result.status = waits.wait_ready(cfg, api, cfg.name, cfg.nodes, progress, timeout, ray_check)
         return result
 
     def status(self, cfg: MilesRayConfig, *, with_ray: bool = False) -> KubeStatus:
-        st = kc.raycluster_status(cfg, kc.client(cfg), kc.cluster_record(cfg)["raycluster"], with_ray)
+        st = status.raycluster_status(cfg, bookkeeping.client(cfg), bookkeeping.cluster_record(cfg)["raycluster"], with_ray)
         if with_ray:
-            st.idle = kc.idle_or_unknown(cfg)
+            st.idle = teardown.idle_or_unknown(cfg)
         return st
 
     def refuse_scale(self, cfg: MilesRayConfig) -> None:
-        kc.refuse_scale_if_autoscaled(cfg)
+        scaling.refuse_scale_if_autoscaled(cfg)
 
     def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
               force: bool = False, wait: bool = True, ray_check: bool = True) -> KubeScale:
-        return kc.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)
+        return scaling.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)
 
     def park(self, cfg: MilesRayConfig, *, force: bool = False, if_idle_for: float | None = None, wait: bool = True,
              timeout: float = 300, progress: Progress = None) -> ParkResult:
         """Suspend the RayCluster (refused when Kueue admits it) and (``wait``) wait until its pods are gone."""
-        name = kc.cluster_record(cfg)["raycluster"]
-        api = kc.client(cfg)
+        name = bookkeeping.cluster_record(cfg)["raycluster"]
+        api = bookkeeping.client(cfg)
         rays = kube.RayClusters(api)
-        rc = kc.get_raycluster(api, cfg, name)
+        rc = bookkeeping.get_raycluster(api, cfg, name)
         refuse_kueue(rc)
         out = ParkResult(name=cfg.name, raycluster=name, namespace=cfg.namespace, parked=True)
         if rc["spec"].get("suspend") is True:
             out.already_parked = True
             return out
-        skip, report = park_gate(cfg, if_idle_for, force, lambda: kc.cluster_idle(cfg), kc.guarded(cfg, name))
+        skip, report = park_gate(cfg, if_idle_for, force, lambda: teardown.cluster_idle(cfg), scaling.guarded(cfg, name))
         if skip:
             return skip
         if report:
             out.idle = report
         if state.list_records():
-            out.saved_runs = kc.save_runs(cfg)
+            out.saved_runs = teardown.save_runs(cfg)
         rays.json_patch(cfg.namespace, name, [
             {"op": "test", "path": "/metadata/resourceVersion", "value": rc["metadata"]["resourceVersion"]},
             {"op": "add", "path": "/spec/suspend", "value": True}])
@@ -214,16 +214,16 @@ class KubeRayBackend:
                     raise TimedOut(f"RayCluster {name} is suspended but {len(pods)} pod(s) are still there after "
                                    f"{timeout:.0f}s", hint="'miles-ray status' shows them; 'miles-ray park' again waits")
                 say(progress, f"waiting for {len(pods)} pod(s) to go")
-                time.sleep(kc.POLL)
+                time.sleep(waits.POLL)
         return out
 
     def resume(self, cfg: MilesRayConfig, *, wait: bool = True, ray_check: bool = True, timeout: float = 600,
                progress: Progress = None) -> KubeResume:
         """Clear spec.suspend and (``wait``) wait until every GPU worker has rejoined Ray."""
-        name = kc.cluster_record(cfg)["raycluster"]
-        api = kc.client(cfg)
+        name = bookkeeping.cluster_record(cfg)["raycluster"]
+        api = bookkeeping.client(cfg)
         rays = kube.RayClusters(api)
-        rc = kc.get_raycluster(api, cfg, name)
+        rc = bookkeeping.get_raycluster(api, cfg, name)
         refuse_kueue(rc)
         out = KubeResume(name=cfg.name, raycluster=name, namespace=cfg.namespace)
         groups = rc["spec"].get("workerGroupSpecs") or []
@@ -240,21 +240,21 @@ class KubeRayBackend:
         else:
             out.reason = "it was not parked"
         if wait:
-            out.status = kc.wait_ready(cfg, api, name, want, progress, timeout, ray_check and want > 0)
+            out.status = waits.wait_ready(cfg, api, name, want, progress, timeout, ray_check and want > 0)
         return out
 
     def down(self, cfg: MilesRayConfig) -> KubeDown:
         """Delete the RayCluster (first saving the runs on it); storage and checkpoints are never touched."""
         recorded = state.read_json(state.kube_cluster_path(cfg.kube_context, cfg.namespace, cfg.name)) is not None
-        name = kc.cluster_record(cfg)["raycluster"]
-        out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=kc.STORAGE_KEPT)
+        name = bookkeeping.cluster_record(cfg)["raycluster"]
+        out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=teardown.STORAGE_KEPT)
         if not recorded and cfg.kubeconfig is None and kube.missing_kubeconfig(None):
             # nothing on this machine made it and there is no Kubernetes to look in (no kubeconfig at all; one
             # named with --kubeconfig that does not exist stays an error): nothing to take down
             out.update(kubernetes=False, already_down=True)
             return out
-        saved = kc.save_runs(cfg)
-        api = kc.client(cfg)
+        saved = teardown.save_runs(cfg)
+        api = bookkeeping.client(cfg)
         live = kube.RayClusters(api).get(cfg.namespace, name) or {}
         # With GCS fault tolerance KubeRay's finalizer first deletes the pods and waits for the head's to go, then
         # empties the Redis with a Job (in the Ray image, 200m CPU, at most 300 s) before the RayCluster goes. That
@@ -262,7 +262,7 @@ class KubeRayBackend:
         # garbage collector delete it (and the token Secret) again and again until KubeRay gives up after 300 s,
         # leaving Ray's state in the Redis. So such a cluster is deleted in the background.
         ft = bool((live.get("spec") or {}).get("gcsFaultToleranceOptions"))
-        kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=DOWN_GCS_FT_TIMEOUT if ft else 120,
+        teardown.delete_raycluster(cfg, api, name, out, wait=True, timeout=DOWN_GCS_FT_TIMEOUT if ft else 120,
                              missing_ok=True, propagation="Background" if ft else "Foreground")
         state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
         if not out.deleted:

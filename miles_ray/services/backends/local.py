@@ -18,7 +18,7 @@ from miles_ray.services.backends.results import (IdleReport, LocalDown, LocalRes
                                                  ParkedCluster, ParkResult, SavedRuns)
 from miles_ray.services.heads import local_exists
 from miles_ray.services.runs import live_status
-from miles_ray.services.runs.supervised import stop_supervisors
+from miles_ray.services.runs.supervised import save_supervisor_events, stop_supervisors
 
 
 def _status(cfg: MilesRayConfig) -> LocalStatus:
@@ -133,10 +133,13 @@ def cluster_addresses(cfg: MilesRayConfig) -> list[str]:
 
 
 def save_runs(cfg: MilesRayConfig) -> SavedRuns:
-    """Save the jobs of the runs recorded on this cluster (by either address its head is known by)."""
+    """Save the jobs (every attempt's) and the supervisor events of the runs recorded on this cluster (by either
+    address its head is known by)."""
     addresses = cluster_addresses(cfg)
-    return saved_runs.save_cluster_runs(saved_runs.records_on(addresses), addresses[0],
-                                        kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig)
+    records = saved_runs.records_on(addresses)
+    save_supervisor_events(records)
+    return saved_runs.save_cluster_runs(records, addresses[0], kube_context=cfg.kube_context,
+                                        kubeconfig=cfg.kubeconfig)
 
 
 def refuse_shrink_below_running_jobs(cfg: MilesRayConfig, nodes: int, status: LocalStatus) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from miles_ray.adapters import kube, polyaxon_api, state
+from miles_ray.adapters import kube, polyaxon_api, polyaxon_spec, state
 from miles_ray.adapters.kube.preflight import service_account_denied
 from miles_ray.core.builders import ray_token_secret
 from miles_ray.core.config import MilesRayConfig
@@ -16,9 +16,9 @@ from miles_ray.core.errors import ClusterError, NotFound, TimedOut
 from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress, say
 from miles_ray.services import k8s_clusters
-from miles_ray.services.backends import kube_common as kc
 from miles_ray.services.backends.drift import refuse_drift
 from miles_ray.services.backends.idle import iso, park_gate
+from miles_ray.services.backends.kube import bookkeeping, preflight, scaling, sidecars, status, teardown, waits
 from miles_ray.services.backends.results import (DownCluster, KubeDown, KubeResume, KubeScale, KubeStatus, KubeUp,
                                                  ParkedCluster, ParkResult, PolyaxonRunStatus, Preflight)
 
@@ -67,9 +67,70 @@ def check_sidecar_access(cfg: MilesRayConfig, api, op: dict[str, Any], progress:
     return ""
 
 
+def without_kubectl(cfg: MilesRayConfig, rec: dict[str, Any] | None = None) -> str | None:
+    """For a cluster made through Polyaxon (or about to be, ``rec`` None): the kubeconfig path that does not
+    exist when there is no Kubernetes access at all (a Polyaxon user without kubectl), else None. An
+    explicit --kubeconfig/config ``kubeconfig`` that does not exist stays an error (``bookkeeping.client`` says
+    so)."""
+    if cfg.kubeconfig or (rec is not None and not rec.get("polyaxon_uuid")):
+        return None
+    return kube.missing_kubeconfig(None)
+
+
+def _polyaxon(cfg: MilesRayConfig, rec: dict[str, Any] | None = None):
+    """(client, owner, project) of the cluster's Polyaxon run (as 'up' recorded it) or of the config."""
+    rec = rec or {}
+    return (polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host), rec.get("polyaxon_owner") or cfg.polyaxon_owner,
+            rec.get("polyaxon_project") or cfg.polyaxon_project)
+
+
+def polyaxon_preflight(cfg: MilesRayConfig, op: dict, progress: Progress = None):
+    """Before creating an operation: the project exists, and (when the agent's connections are known) every
+    connection the operation names is one the agent has. Returns (client, known connections or None)."""
+    client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
+    say(progress, f"checking Polyaxon project {cfg.polyaxon_owner}/{cfg.polyaxon_project} at {client.host}")
+    client.check_project(cfg.polyaxon_owner, cfg.polyaxon_project)
+    known = polyaxon_api.list_agent_connections()
+    if known is not None:
+        missing = sorted(set(polyaxon_spec.connection_names(op)) - set(known))
+        if missing:
+            raise NotFound(f"the Polyaxon agent does not know connection(s) {', '.join(missing)} "
+                           f"(known: {', '.join(sorted(known)) or 'none'})",
+                           hint="register the connection in the agent config, or set 'connection'")
+    return client, known
+
+
+def remove_polyaxon_made(cfg: MilesRayConfig, api, name: str, out: Any, agent_seconds: float, timeout: float) -> None:
+    """After its Polyaxon run was stopped: wait until the RayCluster ``name`` and its pods are gone (``out.deleted``,
+    ``out.pods_remaining`` and ``out.notices`` of a :class:`KubeDown`).
+
+    Polyaxon's agent deletes the ``Cluster`` it made, and the RayCluster goes with it (its ownerReference). Deleting
+    the RayCluster here while that Cluster still exists would not take it down: Polyaxon's operator makes it again
+    (seen on real pods: new pods a few seconds after the old ones went). So the agent is given ``agent_seconds``;
+    a RayCluster still there and not being deleted then has its owner deleted (the agent's Cluster), or itself
+    when it has no owner, and a notice says so."""
+    clusters = kube.RayClusters(api)
+    rc = clusters.get(cfg.namespace, name)
+    out.deleted = rc is not None
+    deadline = time.monotonic() + agent_seconds
+    while rc is not None and not rc["metadata"].get("deletionTimestamp") and time.monotonic() < deadline:
+        time.sleep(waits.POLL)
+        rc = clusters.get(cfg.namespace, name)
+    if rc is not None and not rc["metadata"].get("deletionTimestamp"):
+        owners = [r for r in rc["metadata"].get("ownerReferences") or [] if r.get("controller")]
+        if owners and clusters.delete_owner(cfg.namespace, owners[0]):
+            gone = f"its {owners[0]['kind']} {owners[0]['name']}"
+        else:
+            clusters.delete(cfg.namespace, name)
+            gone = "the RayCluster"
+        out.notices.append(f"Polyaxon's agent had not removed RayCluster {name} {agent_seconds:.0f}s after its run "
+                           f"was stopped: deleted {gone} from here")
+    waits.wait_gone(cfg, api, name, out, timeout)
+
+
 def polyaxon_status(cfg: MilesRayConfig, rec: dict[str, Any], with_ray: bool = False) -> PolyaxonRunStatus:
     """A Polyaxon-made cluster seen through Polyaxon only (no kubeconfig): its run's status and conditions."""
-    client, owner, project = kc.polyaxon(cfg, rec)
+    client, owner, project = _polyaxon(cfg, rec)
     run = client.get_run(owner, project, rec["polyaxon_uuid"], with_conditions=True)
     notice = ("no kubeconfig: the run's status and conditions come from Polyaxon; pods"
               + (", Ray nodes" if with_ray else "") + " and the RayCluster's own status need Kubernetes access")
@@ -90,7 +151,7 @@ def _taken_down(cfg: MilesRayConfig) -> dict[str, Any] | None:
 def down_status(cfg: MilesRayConfig, down_rec: dict[str, Any]) -> DownCluster:
     """A cluster 'down' took away (its Polyaxon run stopped and deleted), as Polyaxon sees its run now: no
     Kubernetes access needed."""
-    client, owner, project = kc.polyaxon(cfg, down_rec)
+    client, owner, project = _polyaxon(cfg, down_rec)
     uuid = down_rec["polyaxon_uuid"]
     out = DownCluster(name=cfg.name, backend="kubernetes", via="polyaxon", state="down", down=True,
                       down_at=down_rec.get("down_at"), namespace=down_rec.get("namespace"),
@@ -106,7 +167,7 @@ def down_status(cfg: MilesRayConfig, down_rec: dict[str, Any]) -> DownCluster:
 
 def _stop_run(cfg: MilesRayConfig, rec: dict[str, Any], out: KubeDown) -> str | None:
     """Stop the cluster's Polyaxon run (Polyaxon's agent then removes what it created); the run's status before."""
-    client, owner, project = kc.polyaxon(cfg, rec)
+    client, owner, project = _polyaxon(cfg, rec)
     uuid = rec["polyaxon_uuid"]
     run = client.get_run(owner, project, uuid, with_conditions=False)
     if run.get("status") not in polyaxon_api.FINAL_STATUSES and not run.get("deleting"):
@@ -119,7 +180,7 @@ def _delete_run(cfg: MilesRayConfig, rec: dict[str, Any], out: KubeDown) -> None
     """Delete the cluster's Polyaxon run, once its agent has acted on the stop: Polyaxon hands its agent only the
     stopping runs that are not being deleted, so a run deleted right after its stop can keep its cluster (seen on
     real pods: the agent never removed it, half of the times)."""
-    client, owner, project = kc.polyaxon(cfg, rec)
+    client, owner, project = _polyaxon(cfg, rec)
     client.delete_run(owner, project, rec["polyaxon_uuid"])
     out.polyaxon_deleted = rec["polyaxon_uuid"]
 
@@ -172,21 +233,21 @@ class PolyaxonBackend:
         """After the preflight (Kubernetes', when there is a kubeconfig; then Polyaxon's), create the operation
         and (``wait``) wait until every GPU worker has joined Ray (without Kubernetes access: until Polyaxon
         says its run runs)."""
-        missing = kc.without_kubectl(cfg)
+        missing = without_kubectl(cfg)
         if missing:
-            token = (f", {kc.unchecked_token_secret(cfg, ray_token_secret(cfg))}" if cfg.ray_auth == "token" else "")
+            token = (f", {preflight.unchecked_token_secret(cfg, ray_token_secret(cfg))}" if cfg.ray_auth == "token" else "")
             notice = (f"no kubeconfig ({missing} does not exist): the Kubernetes preflight (namespace, KubeRay CRD, "
                       f"{cfg.nodes} free GPU node(s) x {cfg.gpus_per_node}{token}) is skipped; Polyaxon's agent "
                       "schedules the operation")
             result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, warnings=objects.warnings,
                             preflight=Preflight(skipped="no kubeconfig"), notices=[notice], kubernetes=False)
             return self._create(cfg, None, objects, result, progress, timeout, dry_run, wait, ray_check)
-        api = kc.client(cfg)
+        api = bookkeeping.client(cfg)
         say(progress, f"preflight: namespace {cfg.namespace}, KubeRay CRD, {cfg.nodes} GPU node(s) x {cfg.gpus_per_node}")
-        report = kc.preflight(cfg, api, cfg.nodes, False)
+        report = preflight.preflight(cfg, api, cfg.nodes, False)
         if cfg.ray_auth == "token":
             say(progress, f"preflight: the Ray token Secret {cfg.namespace}/{ray_token_secret(cfg)}")
-            report.ray_token_secret = kc.check_token_secret(cfg, api, ray_token_secret(cfg),
+            report.ray_token_secret = preflight.check_token_secret(cfg, api, ray_token_secret(cfg),
                                                                "the operation's head and workers")
         unchecked = check_sidecar_access(cfg, api, objects.operation or {}, progress)
         result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
@@ -196,7 +257,7 @@ class PolyaxonBackend:
     def _create(self, cfg: MilesRayConfig, api, objects: ClusterDocuments, result: KubeUp, progress: Progress,
                 timeout: float, dry_run: str | None, wait: bool, ray_check: bool) -> KubeUp:
         op, plan = objects.operation or {}, objects.plan
-        client, known = kc.polyaxon_preflight(cfg, op, progress)
+        client, known = polyaxon_preflight(cfg, op, progress)
         if dry_run:
             result.update(dry_run=dry_run, created=False, operation=op)
             return result
@@ -206,7 +267,7 @@ class PolyaxonBackend:
         uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
                                        tags=op.get("tags"), meta=meta, known_connections=known)
         raycluster = f"plx-operation-{uuid}"
-        kc.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": raycluster, "namespace": cfg.namespace,
+        bookkeeping.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": raycluster, "namespace": cfg.namespace,
                              "context": cfg.kube_context, "polyaxon_uuid": uuid,
                              "polyaxon_project": cfg.polyaxon_project, "polyaxon_owner": cfg.polyaxon_owner,
                              "polyaxon_host": client.host,
@@ -220,9 +281,9 @@ class PolyaxonBackend:
             say(progress, f"waiting up to {timeout:.0f}s for Polyaxon run {uuid} to run (no kubeconfig: pods and "
                           "Ray are not checked)")
             client.wait_for_status(cfg.polyaxon_owner, cfg.polyaxon_project, uuid, {"running"}, timeout)
-            result.status = polyaxon_status(cfg, kc.cluster_record(cfg))
+            result.status = polyaxon_status(cfg, bookkeeping.cluster_record(cfg))
         elif wait:
-            result.status = kc.wait_ready(cfg, api, raycluster, cfg.nodes, progress, timeout, ray_check)
+            result.status = waits.wait_ready(cfg, api, raycluster, cfg.nodes, progress, timeout, ray_check)
         return result
 
     def status(self, cfg: MilesRayConfig, *, with_ray: bool = False) -> (
@@ -237,34 +298,34 @@ class PolyaxonBackend:
         down_rec = _taken_down(cfg)
         if down_rec is not None:
             return down_status(cfg, down_rec)
-        rec = kc.cluster_record(cfg)
+        rec = bookkeeping.cluster_record(cfg)
         st: KubeStatus | PolyaxonRunStatus
-        if kc.without_kubectl(cfg, rec):
+        if without_kubectl(cfg, rec):
             st = polyaxon_status(cfg, rec, with_ray)
         else:
-            st = kc.raycluster_status(cfg, kc.client(cfg), rec["raycluster"], with_ray)
+            st = status.raycluster_status(cfg, bookkeeping.client(cfg), rec["raycluster"], with_ray)
         if with_ray:
-            st.idle = kc.idle_or_unknown(cfg)
+            st.idle = teardown.idle_or_unknown(cfg)
         return st
 
     def refuse_scale(self, cfg: MilesRayConfig) -> None:
-        kc.refuse_scale_if_autoscaled(cfg)
+        scaling.refuse_scale_if_autoscaled(cfg)
 
     def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
               force: bool = False, wait: bool = True, ray_check: bool = True) -> KubeScale:
-        return kc.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)
+        return scaling.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)
 
     def park(self, cfg: MilesRayConfig, *, force: bool = False, if_idle_for: float | None = None, wait: bool = True,
              timeout: float = 300, progress: Progress = None) -> ParkResult:
         """Polyaxon owns its RayCluster (the run's operator would undo a suspend): stop the run, keep the operation
         it was created from, and 'resume' creates it again."""
-        rec = kc.cluster_record(cfg)
+        rec = bookkeeping.cluster_record(cfg)
         out = ParkResult(name=cfg.name, via=self.via, parked=True)
         if rec.get("parked"):
             out.update(already_parked=True, operation_of=rec["parked"]["stopped_uuid"])
             return out
-        skip, report = park_gate(cfg, if_idle_for, force, lambda: kc.cluster_idle(cfg),
-                                 kc.guarded(cfg, rec["raycluster"]))
+        skip, report = park_gate(cfg, if_idle_for, force, lambda: teardown.cluster_idle(cfg),
+                                 scaling.guarded(cfg, rec["raycluster"]))
         if skip:
             return skip
         if report:
@@ -276,25 +337,25 @@ class PolyaxonBackend:
             raise ClusterError(f"Polyaxon run {rec['polyaxon_uuid']} does not return the operation it was created "
                                "from", hint="'miles-ray down' then 'up' instead")
         if state.list_records():
-            out.saved_runs = kc.save_runs(cfg)
+            out.saved_runs = teardown.save_runs(cfg)
         parked = {"operation": run["raw_content"], "run_name": run.get("name") or cfg.name, "tags": run.get("tags"),
                   "meta": run.get("meta_info"), "stopped_uuid": rec["polyaxon_uuid"], "parked_at": iso(time.time())}
         state.write_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name, {**rec, "parked": parked})
         client.stop_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"])
         say(progress, f"stopped Polyaxon run {rec['polyaxon_uuid']}; its operation is kept for 'resume'")
         out.stopped_uuid = rec["polyaxon_uuid"]
-        if wait and not kc.without_kubectl(cfg, rec):
+        if wait and not without_kubectl(cfg, rec):
             # Polyaxon's agent removes the run's cluster; its pods stop gracefully (preStop: ray stop) and hold their
             # CPUs and GPUs until they are gone: a 'resume' right after would find its new pods unschedulable.
-            api, deadline = kc.client(cfg), time.monotonic() + timeout
-            lingering = kc.LingeringSidecars(cfg, api, rec["raycluster"], progress)
+            api, deadline = bookkeeping.client(cfg), time.monotonic() + timeout
+            lingering = sidecars.LingeringSidecars(cfg, api, rec["raycluster"], progress)
             while pods := lingering.pods():
                 if time.monotonic() > deadline:
                     raise TimedOut(f"Polyaxon run {rec['polyaxon_uuid']} is stopped but {len(pods)} pod(s) of "
                                    f"{rec['raycluster']} are still there after {timeout:.0f}s",
                                    hint="'miles-ray status' shows them; 'miles-ray park' again waits")
                 say(progress, f"waiting for {len(pods)} pod(s) to go")
-                time.sleep(kc.POLL)
+                time.sleep(waits.POLL)
             out.grace_cut = sorted(lingering.cut)
         return out
 
@@ -302,8 +363,8 @@ class PolyaxonBackend:
                progress: Progress = None) -> KubeResume:
         """Create the run again from the operation 'park' kept, and (``wait``) wait until every GPU worker has
         joined Ray."""
-        rec = kc.cluster_record(cfg)
-        api = kc.client(cfg)
+        rec = bookkeeping.cluster_record(cfg)
+        api = bookkeeping.client(cfg)
         parked = rec.get("parked")
         if not parked:
             return KubeResume(name=cfg.name, via=self.via, resumed=False, reason="it was not parked",
@@ -320,26 +381,26 @@ class PolyaxonBackend:
                          resumed_from=parked["stopped_uuid"])
         if wait:
             want = next(iter(parked["operation"]["component"]["run"]["workers"].values())).get("replicas", 0)
-            out.status = kc.wait_ready(cfg, api, raycluster, want, progress, timeout, ray_check and want > 0)
+            out.status = waits.wait_ready(cfg, api, raycluster, want, progress, timeout, ray_check and want > 0)
         return out
 
     def down(self, cfg: MilesRayConfig) -> KubeDown | DownCluster:
         """Stop and delete the run (and, with Kubernetes access, delete the RayCluster and wait for its pods),
         first saving the runs on it; a cluster already taken down is only shown."""
-        saved = kc.save_runs(cfg)
+        saved = teardown.save_runs(cfg)
         down_rec = _taken_down(cfg)
         if down_rec is not None:  # already taken down: say so (Polyaxon's view), nothing to do
             gone = down_status(cfg, down_rec)
             gone.update(already_down=True, saved_runs=saved)
             return gone
-        rec = kc.cluster_record(cfg)
+        rec = bookkeeping.cluster_record(cfg)
         name = rec["raycluster"]
-        out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=kc.STORAGE_KEPT)
-        if kc.without_kubectl(cfg, rec):
+        out = KubeDown(name=cfg.name, raycluster=name, namespace=cfg.namespace, storage=teardown.STORAGE_KEPT)
+        if without_kubectl(cfg, rec):
             was = _stop_run(cfg, rec, out)
             notices = ["no kubeconfig: the Polyaxon run was stopped and deleted; its agent removes the RayCluster "
                        "and pods (not watched from here)"]
-            client, owner, project = kc.polyaxon(cfg, rec)
+            client, owner, project = _polyaxon(cfg, rec)
             try:  # the agent acts on the stop (and reports it) before the run is deleted: see _delete_run
                 if was not in NOT_HANDED_TO_THE_AGENT and was not in polyaxon_api.FINAL_STATUSES:
                     client.wait_for_status(owner, project, rec["polyaxon_uuid"], polyaxon_api.FINAL_STATUSES,
@@ -351,13 +412,13 @@ class PolyaxonBackend:
             _delete_run(cfg, rec, out)
             out.update(kubernetes=False, notices=notices)
         else:
-            api = kc.client(cfg)
+            api = bookkeeping.client(cfg)
             if rec.get("polyaxon_uuid"):
                 _stop_run(cfg, rec, out)
-                kc.remove_polyaxon_made(cfg, api, name, out, agent_seconds=AGENT_SECONDS, timeout=120)
+                remove_polyaxon_made(cfg, api, name, out, agent_seconds=AGENT_SECONDS, timeout=120)
                 _delete_run(cfg, rec, out)
             else:
-                kc.delete_raycluster(cfg, api, name, out, wait=True, timeout=120, missing_ok=False)
+                teardown.delete_raycluster(cfg, api, name, out, wait=True, timeout=120, missing_ok=False)
         _forget(cfg, rec)
         out.saved_runs = saved
         return out

@@ -9,6 +9,9 @@ Checklist items:
   resume       "Training restarts from scratch"   -> resume (run record + checkpoint tracker), gcs_ft (a long run
                                                         on a RayCluster without GCS fault tolerance)
   drift        "keep image and Ray version aligned across replicas" -> image_drift, ray_version, miles_version
+  training     "Training stalls or diverges" (RUN) -> stall, nan_loss, reward_collapse (from its logs, as status RUN)
+  memory       "Validate GPU memory requirements" -> memory_trainer, memory_rollout, memory_host, memory_storage
+                                                        (the estimate of miles_ray.core.memory, per part)
 
 Kubernetes (KubeRay or Polyaxon-created RayClusters): everything (the Ray side through a port-forward to the
 head, when it answers). Local backend and plain --address: the Ray-side subset (nodes alive, Ray version, data,
@@ -33,15 +36,17 @@ from miles_ray.core.progress import Progress
 from miles_ray.core.runs import describe_head
 from miles_ray.services.doctor.findings import OK, PROBLEM, WARNING, DoctorReport, Finding, finding
 from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
+from miles_ray.services.doctor.memory_checks import memory_findings
 from miles_ray.services.doctor.ray_checks import (check_local_nodes, check_ray_version, data_findings, miles_findings,
                                                  resume_findings)
+from miles_ray.services.doctor.training_checks import training_findings
 from miles_ray.services.heads import dashboard_address, pick_backend
 from miles_ray.services.probes import side_by_side
 from miles_ray.services.runs import backend_for
 
 __all__ = ["DoctorReport", "Finding", "doctor"]
 
-RECORD_BACKENDS = {"local": "local", "kuberay": "kubernetes", "polyaxon": "kubernetes"}
+RECORD_BACKENDS = {"local": "local", "kuberay": "kubernetes"}
 
 
 @dataclass
@@ -159,6 +164,9 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
         if record and record.get("head"):
             findings.append(_run_head(record, url, cfg))
         findings += resume
+        findings += memory_findings(cfg, record, head)
+        if record:
+            findings += training_findings(record, cfg.kube_context, cfg.kubeconfig)
         data, miles = side_by_side(  # two probe jobs, at the same time
             lambda: data_findings(cfg, url, head, record, resume_target, timeout, progress, unreached),
             lambda: miles_findings(cfg, url, head, record, progress, unreached))

@@ -16,6 +16,8 @@ CHECKLIST = {
     "startup": "Ray or NCCL fails during startup",
     "resume": "Training restarts from scratch",
     "drift": "Keep the container image and Ray version aligned across replicas",
+    "training": "Training stalls or diverges",
+    "memory": "Validate GPU memory requirements for your recipe",
 }
 
 

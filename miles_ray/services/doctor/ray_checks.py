@@ -128,8 +128,10 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
                                                         "checkpoints, or wait for its first save (its --save-interval)"))
         else:
             its = sorted({c.iteration for n in rep.nodes for c in n.checks if c.what == TRACKER_CHECK and c.iteration})
+            # Miles' numbering: checkpoint N holds rollout N trained; the job that loads it starts at rollout N + 1
+            at = f"; Miles resumes at rollout {int(its[0]) + 1}" if len(its) == 1 and its[0].isdigit() else ""
             findings.append(finding("resume_tracker", "resume", OK, f"checkpoint tracker present (iteration "
-                                    f"{', '.join(its) or '?'})", [resume.checkpoint_dir]))
+                                    f"{', '.join(its) or '?'}{at})", [resume.checkpoint_dir]))
     return findings
 
 

@@ -96,7 +96,7 @@ def preflight(cfg: MilesRayConfig, job: SubmitJob, progress: Progress = None) ->
     home = polyaxon_home(cfg, job.address)
     if home is None:
         return None
-    kind = (job.supervision or {}).get("kind") or supervisor_kind(job.record["backend"], job.address)
+    kind = (job.supervision or {}).get("kind") or supervisor_kind(job.address)
     if kind not in supervisor_kinds():
         raise ConfigError(f"a run on the Polyaxon-made cluster at {job.address} is a Polyaxon run kept current by a "
                           f"run supervisor on the cluster, and a {kind} supervisor is not available in this miles-ray",
@@ -128,7 +128,7 @@ def track(job: SubmitJob, home: PolyaxonHome, progress: Progress = None) -> Subm
               "polyaxon_project": home.project, "polyaxon_tracked": True}
     # its supervisor reports to it: a run that would not be supervised (--max-restarts 0, no checkpoints, a
     # rehearsal) gets one that never restarts it
-    supervision = dict(job.supervision or {"kind": supervisor_kind(rec["backend"], job.address), "max_restarts": 0,
+    supervision = dict(job.supervision or {"kind": supervisor_kind(job.address), "max_restarts": 0,
                                            "checkpoint_dir": rec.get("checkpoint_dir")})
     record["supervisor"] = rec.get("supervisor") or {"kind": supervision["kind"], "max_restarts": 0}
     pod = supervision["kind"] == "kubernetes"  # the supervisor runs in a pod: the API as pods reach it

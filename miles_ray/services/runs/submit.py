@@ -29,6 +29,7 @@ from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, V
 from miles_ray.services.check_data import check_data as run_data_check
 from miles_ray.services.heads import recorded_head_auth, resolve_address
 from miles_ray.services.miles_version import check_image_miles
+from miles_ray.services.node_gpus import memory_on_cluster
 from miles_ray.services.probes import launchers_dir, payload_python, side_by_side
 from miles_ray.services.runs import backend_for, polyaxon_tracked
 from miles_ray.services.runs.polyaxon_job import launcher_as_polyaxon_job
@@ -91,6 +92,8 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
         cfg, valid = _plan_for_live_shape(cfg, request, stored, progress) or (cfg, valid)
     if valid is None:
         valid = validate_request(cfg, request)
+    if dry_run != "client" and reachable:  # the GPU nodes' labels say their memory: a misfit is refused here
+        cfg, valid = memory_on_cluster(cfg, request, stored, progress) or (cfg, valid)
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored),
                           head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None,
                           supervisors=supervisor_kinds())

@@ -25,7 +25,8 @@ from miles_ray.core.errors import ClusterError, ConfigError
 from miles_ray.core.runs import Attempt, JobSubmitted, RunStatus, SavedCopySource, Stopped, SupervisorState
 from miles_ray.core.submission import SubmitJob
 from miles_ray.core.supervision import (LIVE, attempt_of, attempt_submission_id, final_status,
-                                        fold_attempts)
+                                        fold_attempts, resumed_at)
+from miles_ray.services import saved_runs
 from miles_ray.services.runs.ray_job import RayJob
 from miles_ray.services.runs.supervised_kube import KubeSupervisor
 
@@ -34,7 +35,7 @@ UNDECIDED = frozenset({"FAILED", "STOPPED"})
 
 
 class SupervisorHandle(Protocol):
-    """One run's supervisor, wherever it lives. ``kind``: ``local`` | ``kubernetes`` | ``polyaxon``."""
+    """One run's supervisor, wherever it lives. ``kind``: ``local`` | ``kubernetes``."""
 
     kind: str
 
@@ -87,6 +88,17 @@ def stop_supervisors(records: list[dict[str, Any]]) -> list[str]:
     return stopped
 
 
+def save_supervisor_events(records: list[dict[str, Any]]) -> None:
+    """Keep the supervisor events of every supervised run in ``records`` in its saved copy (their cluster is going
+    down or being parked: a supervisor beside it may go with it); a supervisor that cannot be read is skipped."""
+    for rec in records:
+        if rec.get("supervisor"):
+            try:
+                saved_runs.save_events(rec["run"], handle_for(rec).events())
+            except (ClusterError, ConfigError):
+                continue
+
+
 def supervisor_kinds() -> frozenset[str]:
     """The kinds of supervisor this miles-ray can start."""
     return frozenset(HANDLES)
@@ -125,7 +137,8 @@ class SupervisedRun:
                                                                            job.submission_id)}
             job = replace(job, supervision={**(job.supervision or {}), "resume_job": resume})
         record = {**job.record, "attempts": []}
-        state.create_record(record) if job.existing is None else state.save_record(record)
+        # a resumed run shares the output dir of the run it resumes (as RayJob.submit: no create_record's refusal)
+        state.create_record(record) if job.existing is None and not job.resumed_from else state.save_record(record)
         try:
             where = handle.start(job.supervisor_spec(handle.head_url(self.url, job.in_cluster_address), token_file))
         except BaseException:
@@ -156,13 +169,38 @@ class SupervisedRun:
     def _events(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
         handle = handle_for(self.record)
         events = handle.events()
+        if not events:  # the supervisor's own account is gone (its files, its pod): the copy kept with the run's
+            saved = state.read_json(state.saved_dir(self.record["run"]) / saved_runs.SAVED_EVENTS)
+            events = saved if isinstance(saved, list) else events
         return events, fold_attempts(events), final_status(events)
 
     def _attempt_job(self, attempt: dict[str, Any]) -> RayJob:
         """The Ray job of one attempt (a record copy under the attempt's submission id; never saved)."""
         rec = {**self.record, "submission_id": attempt.get("submission_id") or attempt_submission_id(
-            self.record["submission_id"], attempt["attempt"]), "head": None, "attempts": None}
+            self.record["submission_id"], attempt["attempt"]), "run_submission_id": self.record["submission_id"],
+               "head": None, "attempts": None}
         return RayJob(rec, kube_context=self.kube_context, kubeconfig=self.kubeconfig, url=self.url)
+
+    def _save_ended(self, events: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> None:
+        """Keep a copy of every ended attempt's job (driver logs, job info) next to the run's record, and the
+        supervisor's events: each attempt is saved once after it ended (from the head, opened once for all of them);
+        never fails the caller (the cluster may be gone: then ``down``/``park`` saved them, or nothing can)."""
+        ended = [a for a in attempts if a.get("ended") is not None
+                 and not saved_runs.has_final_copy(self._attempt_job(a).record)]
+        if ended:
+            try:
+                with RayJob(self.record, kube_context=self.kube_context, kubeconfig=self.kubeconfig,
+                            url=self.url)._head() as url:  # noqa: SLF001 - the same head, opened once
+                    for a in ended:
+                        rec = self._attempt_job(a).record
+                        try:
+                            saved_runs.save_if_ended(rec, url, ray_jobs.status(url, rec["submission_id"]))
+                        except ClusterError:
+                            continue
+            except ClusterError:
+                pass
+        if events and events != state.read_json(state.saved_dir(self.record["run"]) / saved_runs.SAVED_EVENTS):
+            saved_runs.save_events(self.record["run"], events)
 
     def _sync(self, attempts: list[dict[str, Any]]) -> None:
         """Keep the record's ``attempts`` as the supervisor says (``runs`` counts them)."""
@@ -179,8 +217,9 @@ class SupervisedRun:
 
     def state(self) -> RunStatus:
         rec = self.record
-        _, attempts, final = self._events()
+        events, attempts, final = self._events()
         self._sync(attempts)
+        self._save_ended(events, attempts)
         sup = self.supervisor_state(final)
         views = [Attempt.of(a) for a in attempts]
         base = dict(run=rec["run"], address=rec["address"], output_dir=rec["output_dir"], recipe=rec["recipe"],
@@ -234,11 +273,16 @@ class SupervisedRun:
 
     def logs(self, follow: bool, on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
         """Every attempt's logs in order, each after a header line; followed (``follow``) until the supervisor
-        finished (or is gone)."""
+        finished (or is gone). Read from the head, or, once it no longer has them (after ``down``), from each
+        attempt's saved copy. An attempt whose logs can be read from neither is left out and named at the end, in
+        one error line (``ClusterError``: the logs printed are not the run's whole logs)."""
         done: set[int] = set()
+        unreadable: dict[int, str] = {}
         while True:
-            _, attempts, final = self._events()
+            events, attempts, final = self._events()
             alive = handle_for(self.record).alive()
+            if not follow:
+                self._save_ended(events, attempts)
             for a in attempts:
                 n = a["attempt"]
                 if n in done:
@@ -246,16 +290,22 @@ class SupervisedRun:
                 ended = a.get("ended") is not None or final is not None or not follow
                 if not ended and not follow:
                     continue
-                yield header(a)
+                chunks = self._attempt_job(a).logs(follow and not ended, on_saved_copy)
                 try:
-                    for chunk in self._attempt_job(a).logs(follow and not ended, on_saved_copy):
-                        yield chunk
+                    first = next(chunks, None)  # read (or fail) before its header is printed
+                    yield header(a)
+                    if first is not None:
+                        yield first
+                    yield from chunks
                 except ClusterError as e:
-                    yield f"(the logs of attempt {n} cannot be read: {e.message})\n"
+                    unreadable[n] = f"attempt {n} ({a.get('submission_id')}): {e.message.splitlines()[0]}"
                 done.add(n)
             if not follow or final is not None or alive is False:
-                return
+                break
             time.sleep(1.0)
+        if unreadable:
+            raise ClusterError(f"run {self.record['run']}: the logs of {len(unreadable)} of {len(done)} attempts could "
+                               f"not be read (neither on the head nor saved): {'; '.join(unreadable.values())}")
 
     # -- stop ---------------------------------------------------------------------------------------------------
     def stop(self, wait_timeout: float | None = 60) -> Stopped:
@@ -301,6 +351,5 @@ def header(attempt: dict[str, Any]) -> str:
     n, sid = attempt["attempt"], attempt.get("submission_id")
     where = ""
     if attempt.get("resumed_from"):
-        it = attempt.get("resumed_iteration")
-        where = f", resumed from {attempt['resumed_from']}" + (f" iter {it}" if it is not None else "")
+        where = f", resumed from {resumed_at(attempt['resumed_from'], attempt.get('resumed_iteration'))}"
     return f"== attempt {n} ({sid}){where} ==\n"

@@ -17,9 +17,9 @@ from miles_ray.adapters.supervisor_program import program_files
 from miles_ray.core import supervisor_job as sj
 from miles_ray.core.errors import ClusterError, NotFound
 from miles_ray.core.heads import parse_head
+from miles_ray.services.saved_runs import SAVED_EVENTS  # in the run's saved copy dir (runs/RUN.saved/)
 
 KIND = "kubernetes"
-SAVED_EVENTS = "supervisor-events.json"  # in the run's saved copy dir (runs/RUN.saved/)
 
 
 def in_cluster_spec(spec: dict[str, Any], raycluster: dict[str, Any]) -> dict[str, Any]:
@@ -116,10 +116,6 @@ class KubeSupervisor:
             return supervisors.alive(self.api, self.namespace, self.run)
         except ClusterError:
             return None
-
-    def final(self) -> dict[str, Any] | None:
-        """How the supervisor Job ended (condition, exit code, termination message), None while it runs."""
-        return supervisors.final(self.api, self.namespace, self.run)
 
     def stop(self) -> None:
         """Delete the Job and its ConfigMap and wait until its pods are gone: nothing resubmits the run after. Its
