@@ -10,7 +10,8 @@ Iterations are Miles' numbering (``save(rollout_id)`` -> ``iter_<rollout_id:07d>
 ``iter_0000000`` (rollout 0) is a real checkpoint.
 
 Last line: ``MILES_RAY_PROBE_RESULT {json}`` with ``root``, ``exists``, ``iterations``, ``latest``, ``paths``,
-``host``, ``ip`` and ``where`` (which node answered). Imports only ray and the standard library.
+``details`` (per iteration: bytes, files, mtime, the ``register`` marker, what is missing: :func:`describe`, the
+same as ``miles_ray.adapters.checkpoint_files.describe``), ``host``, ``ip`` and ``where`` (which node answered). Imports only ray and the standard library.
 """
 
 from __future__ import annotations
@@ -22,6 +23,36 @@ import sys
 
 RESULT_PREFIX = "MILES_RAY_PROBE_RESULT "
 WORKER_WAIT_SECONDS = 30
+REGISTERED_MARKER = "miles-ray-registered.json"
+
+
+def describe(path: str) -> dict:
+    """One checkpoint dir: bytes, files, mtime, registered (the marker's content), missing (see the module doc)."""
+    size = count = 0
+    newest = 0.0
+    names: set = set()
+    for where, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(where, name))
+            except OSError:
+                continue
+            size += st.st_size
+            count += 1
+            newest = max(newest, st.st_mtime)
+            names.add(name)
+    registered = None
+    try:
+        with open(os.path.join(path, REGISTERED_MARKER), encoding="utf-8") as fh:
+            registered = json.load(fh)
+    except (OSError, ValueError):
+        registered = None
+    missing = None
+    if not (names - {REGISTERED_MARKER}):
+        missing = "no files"
+    elif any(n.endswith(".distcp") for n in names) and ".metadata" not in names:
+        missing = "no .metadata (a torch_dist checkpoint cut off)"
+    return {"bytes": size, "files": count, "mtime": newest or None, "registered": registered, "missing": missing}
 
 
 def listing(root: str, paths: list[str]) -> dict:
@@ -36,6 +67,7 @@ def listing(root: str, paths: list[str]) -> dict:
                 out["latest"] = fh.read().strip()
         except OSError:
             pass
+        out["details"] = {str(i): describe(os.path.join(root, f"iter_{i:07d}")) for i in out["iterations"]}
     try:
         import ray
 
@@ -45,8 +77,33 @@ def listing(root: str, paths: list[str]) -> dict:
     return out
 
 
+def mark(root: str, iteration: int, content: str) -> str | None:
+    """Write ``register``'s marker into checkpoint ``iteration`` (its run's supervisor never prunes it); why not."""
+    path = os.path.join(root, f"iter_{iteration:07d}")
+    if not os.path.isdir(path):
+        return f"no checkpoint dir {path}"
+    tmp = os.path.join(path, f".{REGISTERED_MARKER}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(content)
+        os.replace(tmp, os.path.join(path, REGISTERED_MARKER))
+    except OSError as e:
+        return str(e)
+    return None
+
+
 def main(argv: list[str]) -> int:
+    marked = None
+    if "--mark" in argv:  # --mark ITER JSON: register's marker, written where the checkpoints are
+        i = argv.index("--mark")
+        marked = (int(argv[i + 1]), argv[i + 2])
+        argv = argv[:i] + argv[i + 3:]
     root, paths = argv[0], argv[1:]
+    if marked is not None:
+        sys.stdout.write(RESULT_PREFIX + json.dumps({"root": root, "marked": marked[0],
+                                                     "error": mark(root, *marked)}) + "\n")
+        sys.stdout.flush()
+        return 0
     result = None
     try:
         import ray

@@ -559,7 +559,8 @@ def report(placed: Placed, checked: dict, result: dict, errors: list[str], t_sta
     p = placed
     ip_of, node_of, order = p.ip_of, p.node_of, p.order
     cluster, engines, trainer_ranks = checked["cluster"], checked["engines"], checked["trainer_ranks"]
-    trainer_nodes, rollout_nodes, eval_nodes = checked["trainer_nodes"], checked["rollout_nodes"], checked["eval_nodes"]
+    trainer_nodes, rollout_nodes = checked["trainer_nodes"], checked["rollout_nodes"]
+    eval_nodes = checked["eval_nodes"]
     first_bundle = {}
     for i in range(p.n):
         first_bundle.setdefault(node_of[i], i)

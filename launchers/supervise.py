@@ -13,7 +13,9 @@ It says what it does on stdout, one event a line (``MILES_RAY_SUPERVISOR {json}`
 ``attempt_started`` (attempt, submission_id, started, resumed_from, resumed_iteration: the checkpoint it loads,
 Miles' numbering -- it starts at rollout resumed_iteration + 1 --, adopted),
 ``waiting_for_workers`` (have, want, deadline), ``attempt_ended`` (attempt, submission_id, status, ended, reason,
-last_step, retry, why), ``finished`` (status SUCCEEDED | FAILED | STOPPED, reason, attempts). Exit 0 once the run's
+last_step, retry, why), ``finished`` (status SUCCEEDED | FAILED | STOPPED, reason, attempts), and with a
+retention in the spec (``keep_checkpoints``/``keep_best``: ``supervision.retention_plan``, checked after each new
+complete checkpoint and when an attempt ends) ``checkpoint_deleted`` (iteration, path, bytes, why, attempt, at). Exit 0 once the run's
 end is decided (SUCCEEDED, FAILED or STOPPED: the ``finished`` event says which), 1 when the supervisor itself could
 not work (the head did not answer it, or refused it: its pod is then restarted), 2 for a spec it cannot use.
 
@@ -33,6 +35,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -210,6 +213,13 @@ class Supervisor:
         self.attempt_head: dict[int, str | None] = {}
         self.attempts_started = 0
         self.resumed_iteration: dict[int, int | None] = {}  # attempt -> latest_checkpointed_iteration then
+        # retention (supervision.retention_plan): the metrics logged for each checkpoint, the partial checkpoints a
+        # dead attempt left (iteration -> their files' signature then), the tracker the last pruning was for
+        self.retention = sv.Retention.of(spec.keep_checkpoints, spec.keep_best)
+        self.scores = sv.CheckpointScores()
+        self.dead: dict[int, Any] = {}
+        self.pruned_for: int | None = None
+        self.undeletable: set[int] = set()
 
     # -- events -----------------------------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -288,6 +298,7 @@ class Supervisor:
             step = sv.last_step(chunk)
             if step is not None:
                 self.steps[n] = step
+            self.scores.feed(n, chunk)
             self.logs_seen[n] = (self.logs_seen.get(n, "") + chunk)[-20000:]
             self._report("log_chunk", n, chunk)
 
@@ -324,6 +335,7 @@ class Supervisor:
             verdict, step = self.watch(n)
             if step is None and verdict.kind == "retryable":
                 step = self.checkpoint_progress(n)  # its logs may have gone with its head or node
+            self.prune(n, live=False)
             previous = self.steps.get(n - 1) if n > 1 else None
             decision = sv.decide(n, verdict, step, previous, spec.max_restarts)
             status = {"succeeded": "SUCCEEDED", "stopped": "STOPPED"}.get(verdict.kind, "FAILED")
@@ -394,6 +406,74 @@ class Supervisor:
         self.started(n, sid, adopted=not created, started=now_iso())
         return None
 
+    # -- retention --------------------------------------------------------------------------------------------
+    def iteration_dirs(self) -> dict[int, str]:
+        """The ``iter_<N>`` directories right inside the run's checkpoint dir (never a symlink: what it points to
+        is outside the run's own dir)."""
+        root = self.spec.checkpoint_dir
+        out: dict[int, str] = {}
+        try:
+            names = os.listdir(root) if root else []
+        except OSError:
+            return out
+        for name in names:
+            path = os.path.join(root, name)
+            if name.startswith("iter_") and name[5:].isdigit() and os.path.isdir(path) and not os.path.islink(path):
+                out[int(name[5:])] = path
+        return out
+
+    def prune(self, n: int, live: bool) -> None:
+        """The retention after a new complete checkpoint (``live``: attempt ``n`` runs) or after attempt ``n`` ended
+        (its checkpoints newer than the tracker are partial: a dead attempt's when it did not succeed). Each deletion
+        is one ``checkpoint_deleted`` event. Never fails the supervisor."""
+        if not self.retention.active or not self.spec.checkpoint_dir:
+            return
+        try:
+            self._prune(n, live)
+        except OSError as e:
+            print(f"supervise.py: retention skipped ({e})", file=sys.stderr, flush=True)
+
+    def _prune(self, n: int, live: bool) -> None:
+        latest = self.latest_iteration()
+        self.pruned_for = latest
+        dirs = self.iteration_dirs()
+        if not live:
+            self.scores.feed(n, "", final=True)  # its last line, even without its newline
+        for it in list(self.dead):
+            if it not in dirs or _signature(dirs[it]) != self.dead[it]:
+                del self.dead[it]  # gone, or written again since (a complete one once the tracker passed it)
+        newer = [it for it in dirs if latest is None or it > latest]
+        if not live:
+            for it in newer:
+                self.dead.setdefault(it, _signature(dirs[it]))
+        partial = set(newer) | set(self.dead)
+        complete = [it for it in dirs if it not in partial]
+        protected: dict[int, str] = {}
+        loads = self.resumed_iteration.get(n)
+        if loads is not None:
+            protected[loads] = f"attempt {n} loaded it"
+        for it, path in dirs.items():
+            if os.path.exists(os.path.join(path, sv.REGISTERED_MARKER)):
+                protected[it] = "registered (a model version)"
+        root = os.path.realpath(self.spec.checkpoint_dir)
+        for kept in sv.retention_plan(self.retention, complete, self.scores, partial=partial, dead=self.dead,
+                                      protected=protected):
+            path = dirs[kept.iteration]
+            if kept.keep or kept.iteration in self.undeletable:
+                continue
+            if os.path.dirname(os.path.realpath(path)) != root or os.path.islink(path):
+                continue  # never anything outside the run's own checkpoint dir
+            size = _bytes(path)
+            try:
+                shutil.rmtree(path)
+            except OSError as e:
+                self.undeletable.add(kept.iteration)
+                print(f"supervise.py: could not delete {path} ({e})", file=sys.stderr, flush=True)
+                continue
+            self.dead.pop(kept.iteration, None)
+            self.emit("checkpoint_deleted", iteration=kept.iteration, path=path, bytes=size, why=kept.why, attempt=n,
+                      at=now_iso(), kept=self.retention.describe())
+
     def watch(self, n: int) -> tuple[sv.Verdict, int | None]:
         """Follow attempt ``n`` until it ended or was lost with its head: its verdict and last training step."""
         sid = sv.attempt_submission_id(self.spec.submission_id, n)
@@ -414,6 +494,9 @@ class Supervisor:
             if time.monotonic() >= next_log_read:
                 self.read_logs(n, sid)
                 next_log_read = time.monotonic() + max(LOG_READ_SECONDS, self.spec.poll_seconds)
+            if self.retention.active and self.latest_iteration() != self.pruned_for:
+                self.read_logs(n, sid)  # the evals logged so far (the best is judged on them)
+                self.prune(n, live=True)
             if job is None:
                 lost = f"the head serving now ({(head.get('node_id') or '?')[:16]}) has no job {sid}"
                 return sv.classify("FAILED", lost=lost), self.steps.get(n)
@@ -462,6 +545,27 @@ class Supervisor:
             if time.time() > deadline:
                 return False
             self.sleep()
+
+
+def _files(path: str) -> list[tuple[str, int, int]]:
+    out = []
+    for where, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(where, name))
+            except OSError:
+                continue
+            out.append((os.path.relpath(os.path.join(where, name), path), st.st_size, st.st_mtime_ns))
+    return sorted(out)
+
+
+def _signature(path: str) -> tuple[tuple[str, int, int], ...]:
+    """A checkpoint dir's files (path, size, mtime): another one means it was written again."""
+    return tuple(_files(path))
+
+
+def _bytes(path: str) -> int:
+    return sum(size for _, size, _ in _files(path))
 
 
 def _iso_ms(ms: Any) -> str | None:

@@ -48,6 +48,7 @@ _.submit_cmd
 _.up_cmd
 _.compare_cmd  # cli/compare.py: cli/app.py's GROUPS names it by string as `runs compare`; Typer calls it
 _.plot_cmd  # cli/plot.py: cli/app.py's GROUPS names it by string as `runs plot`; Typer calls it
+_.outputs_cmd  # cli/outputs.py: cli/app.py's GROUPS names it by string as `runs outputs`; Typer calls it
 _.runs_cmd  # cli/runs.py: @runs_app.callback(), Typer calls it before `runs compare` or alone
 _._root  # cli/app.py: @app.callback(), the global options (--version, --debug); Typer calls it
 # cli/app.py: the lazy click Group; click reads Group.commands and calls list_commands() for the help listing.
@@ -166,7 +167,6 @@ _.ray_error
 _.ray_job_id
 _.ray_node_ips
 _.reference
-_.registered
 _.requested_nodes
 _.resume_output_dir
 _.root_exists

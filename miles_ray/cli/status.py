@@ -225,8 +225,8 @@ def watch_view(snap: Snapshot, width: int, interval: float):
     info = snap.info
     parts: list = [Text.from_markup(
         f"run {escape(info.run)}: [bold]{escape(str(info.status))}[/] (job {escape(info.submission_id)} on "
-        f"{escape(info.address)}) · read {time.strftime('%H:%M:%S')}, every {interval:g}s · Ctrl-C leaves, the "
-        "run goes on")]
+        f"{escape(info.address)})"),
+        Text(f"read {time.strftime('%H:%M:%S')}, every {interval:g}s · Ctrl-C leaves, the run goes on", style="dim")]
     if info.message:
         parts.append(Text(info.message.splitlines()[0], style="dim"))
     if "progress" in info.model_fields_set and info.progress is None:

@@ -47,6 +47,8 @@ def submit_cmd(
     wait_for_nodes: Annotated[bool, typer.Option("--wait-for-nodes/--no-wait-for-nodes", help="wait (up to --timeout) until the GPU workers have joined Ray")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for nodes; the rehearsal's placement timeout")] = 120.0,
     max_restarts: Annotated[Optional[int], typer.Option("--max-restarts", help="supervise the run: after a failure worth retrying (a lost node, pod or head, a collective timeout, an OOM kill) start it again from its last complete checkpoint, up to N times; 0: not supervised. The supervisor lives beside the cluster: closing this terminal changes nothing [default: 3 for --mode direct when the job saves checkpoints]", show_default=False)] = None,
+    keep_checkpoints: Annotated[Optional[int], typer.Option("--keep-checkpoints", metavar="N", help="retention: the run's supervisor deletes complete checkpoints beyond the newest N (and the --keep-best one) after each new one; never the newest, one being written, one an attempt loads from, a registered one. Every deletion is an event 'runs outputs' shows [default: keep every checkpoint]", show_default=False)] = None,
+    keep_best: Annotated[Optional[str], typer.Option("--keep-best", metavar="METRIC", help="retention: also keep the checkpoint with the best METRIC as logged for it (eval/aime: the highest; min:GROUP/NAME: the lowest, for a loss)", show_default=False)] = None,
     follow: Annotated[Optional[bool], typer.Option("--follow/--no-follow", "-f", help="stream the job's logs until it ends; the exit code tells its state [default: on for --rehearse]", show_default=False)] = None,
     env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE for the job (repeatable); no credentials", show_default=False)] = None,
     extra_args: Annotated[Optional[str], typer.Option("--extra-args", help="extra train.py flags, one shell-quoted string", show_default=False)] = None,
@@ -99,7 +101,7 @@ def submit_cmd(
                             dataset_revision=dataset_revision, num_rollout=num_rollout, timeout=timeout,
                             wait_for_nodes=wait_for_nodes, check_data=check_data, hold=hold,
                             shape_from_cluster=nodes is None and gpus_per_node is None, max_restarts=max_restarts,
-                            no_memory_check=no_memory_check)
+                            no_memory_check=no_memory_check, keep_checkpoints=keep_checkpoints, keep_best=keep_best)
     if no_memory_check:
         warn("--no-memory-check: the job is submitted whatever its memory estimate says (kept in the run record)")
 

@@ -150,12 +150,13 @@ def comm_check_probe(cfg: MilesRayConfig, size_mb: float, timeout: float, token:
 # -- a run's checkpoints ----------------------------------------------------------------------------
 
 def checkpoint_list_probe(root: str, record: dict[str, Any], extra_paths: list[str], token: str,
-                          timeout: float = 120) -> Probe:
+                          timeout: float = 120, mark: tuple[int, str] | None = None) -> Probe:
     """List the run's checkpoint dir ``root`` (``iter_*`` dirs, the tracker; see
     :func:`miles_ray.core.runs.run_checkpoints`) on a GPU worker of the run's cluster, and whether each of
-    ``extra_paths`` is a directory there."""
+    ``extra_paths`` is a directory there. ``mark``: (iteration, JSON) instead: write ``register``'s marker there."""
+    marking = ["--mark", str(mark[0]), mark[1]] if mark else []
     return Probe(kind="ckpt", payload="list_checkpoints.py", submission_id=probe_id("ckpt", record["cluster"], token),
-                 timeout=timeout, args=[root, *extra_paths],
+                 timeout=timeout, args=[*marking, root, *extra_paths],
                  env={"PYTHONUNBUFFERED": "1"}, metadata={"miles_ray": "checkpoint-list", "run": record["run"]})
 
 

@@ -17,14 +17,15 @@ It says what it does as events, one JSON object a line on stdout, each line pref
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
 try:  # in the miles_ray package
-    from miles_ray.core.metrics import METRIC_LINE
+    from miles_ray.core.metrics import METRIC_LINE, parse_dict
 except ImportError:  # shipped beside launchers/supervise.py
-    from metrics import METRIC_LINE  # type: ignore[no-redef]
+    from metrics import METRIC_LINE, parse_dict  # type: ignore[no-redef]
 
 SPEC_SCHEMA = "miles-ray/supervisor-spec/v1"
 EVENT_PREFIX = "MILES_RAY_SUPERVISOR "
@@ -33,7 +34,7 @@ DEFAULT_MAX_RESTARTS = 3
 
 # the events, in the order an attempt goes through them
 EVENTS = ("supervisor_started", "waiting_for_workers", "attempt_started", "attempt_ended", "finished",
-          "supervisor_signalled")
+          "supervisor_signalled", "checkpoint_deleted")
 FINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 LIVE = frozenset({"PENDING", "RUNNING"})
 
@@ -71,6 +72,7 @@ class SupervisorSpec:
     (``latest_checkpointed_iteration.txt``) where the supervisor can see it. ``gpu_workers``/``gpus_per_node``: the
     GPU workers to wait for before a retry, up to ``workers_timeout`` seconds. ``polyaxon``: the Polyaxon run to
     report to (read by the reporter plugged in at :func:`launchers.supervise.load_reporter`), None: none.
+    ``keep_checkpoints``/``keep_best``: the run's retention (:class:`Retention`; both None: keep everything).
     """
 
     run: str
@@ -86,6 +88,8 @@ class SupervisorSpec:
     workers_timeout: float = 600.0
     poll_seconds: float = 2.0
     polyaxon: dict[str, Any] | None = None
+    keep_checkpoints: int | None = None
+    keep_best: str | None = None
     schema: str = SPEC_SCHEMA
 
     def to_json(self) -> dict[str, Any]:
@@ -119,13 +123,15 @@ class SupervisorSpec:
             numbers[key] = value
         if numbers["poll_seconds"] <= 0:
             raise SpecError("spec field 'poll_seconds' must be > 0")
+        Retention.of(data.get("keep_checkpoints"), data.get("keep_best"))  # (SpecError: the first thing wrong)
         return cls(run=data["run"], head_url=data["head_url"].rstrip("/"), submission_id=data["submission_id"],
                    first_job=JobBody.of(data.get("first_job"), "spec field 'first_job'"),
                    resume_job=JobBody.of(resume, "spec field 'resume_job'") if resume is not None else None,
                    token_file=data.get("token_file") or None, max_restarts=int(max_restarts),
                    checkpoint_dir=data.get("checkpoint_dir") or None, gpu_workers=int(numbers["gpu_workers"]),
                    gpus_per_node=int(numbers["gpus_per_node"]), workers_timeout=float(numbers["workers_timeout"]),
-                   poll_seconds=float(numbers["poll_seconds"]), polyaxon=data.get("polyaxon") or None)
+                   poll_seconds=float(numbers["poll_seconds"]), polyaxon=data.get("polyaxon") or None,
+                   keep_checkpoints=data.get("keep_checkpoints"), keep_best=data.get("keep_best") or None)
 
 
 def check_max_restarts(value: Any) -> None:
@@ -397,3 +403,157 @@ def node_loss_possible(verdict: Verdict) -> bool:
     worker makes it fail, not die) nor when the head itself was lost (its workers stay)."""
     return verdict.kind == "retryable" and not verdict.reason.startswith(
         ("the driver was killed", "the Ray head (and the job's driver on it) was lost"))
+
+
+# -- retention: which checkpoints stay ---------------------------------------------------------------------------
+#
+# ``submit --keep-checkpoints N --keep-best METRIC``: after each new complete checkpoint the run's supervisor deletes
+# the complete checkpoints beyond the newest N and the best by METRIC (:func:`retention_plan`). Never deleted: the
+# newest complete checkpoint, a checkpoint being written (newer than the tracker while an attempt runs), the one an
+# attempt loads from, a registered one (``register`` writes :data:`REGISTERED_MARKER` into its dir: the supervisor
+# reads the run's checkpoint dir, not the model registry), anything but an ``iter_*`` dir right inside the run's
+# own checkpoint dir. The partial checkpoint a dead attempt left (newer than the tracker when it died, not written
+# again since) goes once a newer complete one exists. Neither flag: nothing is ever deleted.
+
+REGISTERED_MARKER = "miles-ray-registered.json"  # in iter_N/: ``register`` made a model version of it
+_METRIC_NAME = re.compile(r"(?:(min|max):)?([A-Za-z][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_.@-]+)+)")
+
+
+def parse_keep_best(text: Any) -> tuple[str, str]:
+    """``--keep-best METRIC``: (metric, ``max`` | ``min``). ``eval/aime`` (higher is better, the default),
+    ``min:eval/loss`` (lower is better); a metric is Miles' ``GROUP/NAME``."""
+    m = _METRIC_NAME.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise SpecError(f"--keep-best {text!r} is not a metric: give Miles' GROUP/NAME (eval/aime: the highest is "
+                        "kept), or min:GROUP/NAME for a loss (the lowest is kept)")
+    return m.group(2), m.group(1) or "max"
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A run's retention: ``keep_last`` newest complete checkpoints (None: only the newest, when ``metric`` is
+    given) and the best by ``metric`` (``mode`` ``max`` | ``min``). Neither: keep everything."""
+
+    keep_last: int | None = None
+    metric: str | None = None
+    mode: str = "max"
+
+    @classmethod
+    def of(cls, keep_checkpoints: Any = None, keep_best: Any = None) -> "Retention":
+        if keep_checkpoints is not None and (isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int)
+                                             or keep_checkpoints < 1):
+            raise SpecError(f"--keep-checkpoints {keep_checkpoints}: keep at least 1 (the newest complete checkpoint "
+                            "is never deleted); leave it out to keep every checkpoint")
+        metric, mode = parse_keep_best(keep_best) if keep_best not in (None, "") else (None, "max")
+        return cls(keep_last=keep_checkpoints, metric=metric, mode=mode)
+
+    @property
+    def active(self) -> bool:
+        return self.keep_last is not None or self.metric is not None
+
+    def describe(self) -> str:
+        if not self.active:
+            return "keep every checkpoint"
+        parts = [f"the newest {self.keep_last or 1}"]
+        if self.metric:
+            parts.append(f"the best by {self.metric} ({'lowest' if self.mode == 'min' else 'highest'})")
+        return "keep " + " and ".join(parts)
+
+
+class CheckpointScores:
+    """The metrics logged for each checkpoint (Miles' numbering), read from the attempts' logs as they come
+    (:meth:`feed` takes any piece; a line is read once whole). ``step``/``rollout``/``perf N`` lines are rollout N's,
+    so checkpoint N's; an ``eval N`` line logged after the attempt's ``step N`` line measured checkpoint N; one
+    logged before it -- the eval a job makes at its first rollout S, before training -- measured the checkpoint
+    the job loaded: S - 1 (S = 0: the base model, no checkpoint). A later line for the same checkpoint wins."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[int, dict[str, float]] = {}
+        self._trained: dict[int, set[int]] = {}
+        self._rest: dict[int, str] = {}
+
+    def feed(self, attempt: int, text: str, final: bool = False) -> None:
+        lines = (self._rest.pop(attempt, "") + (text or "")).split("\n")
+        if not final:
+            self._rest[attempt] = lines.pop()  # an unfinished line waits for its end
+        trained = self._trained.setdefault(attempt, set())
+        for line in lines:
+            m = METRIC_LINE.search(line)
+            if not m:
+                continue
+            kind, n = m.group(1), int(m.group(2))
+            if kind == "step":
+                trained.add(n)
+            values = parse_dict(m.group(3))
+            iteration = n if kind != "eval" or n in trained else n - 1
+            if values and iteration >= 0:
+                self.metrics.setdefault(iteration, {}).update(values)
+
+    def value(self, iteration: int, metric: str) -> float | None:
+        v = self.metrics.get(iteration, {}).get(metric)
+        return v if v is not None and math.isfinite(v) else None
+
+
+def checkpoint_scores(attempt_logs: Iterable[tuple[int, str]]) -> CheckpointScores:
+    """The :class:`CheckpointScores` of whole attempt logs ((attempt, text), oldest first)."""
+    scores = CheckpointScores()
+    for attempt, text in attempt_logs:
+        scores.feed(attempt, text, final=True)
+    return scores
+
+
+def best_checkpoint(complete: Iterable[int], scores: CheckpointScores, metric: str, mode: str = "max") -> int | None:
+    """The complete checkpoint with the best finite ``metric`` (ties: the newest); None: none has a value."""
+    sign = -1.0 if mode == "min" else 1.0
+    valued = [(sign * v, it) for it in complete if (v := scores.value(it, metric)) is not None]
+    return max(valued)[1] if valued else None
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One checkpoint's fate under the retention: kept or not, and why (one phrase)."""
+
+    iteration: int
+    keep: bool
+    why: str
+
+
+def retention_plan(policy: Retention, complete: Iterable[int], scores: CheckpointScores | None = None, *,
+                   partial: Iterable[int] = (), dead: Iterable[int] = (),
+                   protected: Mapping[int, str] | None = None) -> list[Kept]:
+    """THE retention rule (see above), oldest first: ``complete`` checkpoints (at or below the tracker), ``partial``
+    ones (newer than the tracker, or a dead attempt's), ``dead``: the partial ones a dead attempt left (never
+    written again since), ``protected``: iteration -> why it is never deleted (an attempt loads it, registered)."""
+    protected = dict(protected or {})
+    done = sorted(set(complete))
+    newest = done[-1] if done else None
+    dead = set(dead)
+    out = []
+    for it in sorted(set(partial) - set(done)):
+        if policy.active and it in dead and newest is not None and newest > it and it not in protected:
+            out.append(Kept(it, False, f"a partial checkpoint left by a dead attempt (complete checkpoint {newest} "
+                                       "is newer)"))
+        else:
+            out.append(Kept(it, True, protected.get(it) or ("partial, left by a dead attempt (no newer complete one "
+                                                            "yet)" if it in dead else "partial: being written")))
+    window = set(done[-(policy.keep_last or 1):]) if done else set()
+    best = best_checkpoint(done, scores or CheckpointScores(), policy.metric, policy.mode) if policy.metric else None
+    for it in done:
+        why = []
+        if not policy.active:
+            why.append("no retention: every checkpoint is kept")
+        if it in protected:
+            why.append(protected[it])
+        if it == newest:
+            why.append("the newest complete checkpoint")
+        elif it in window:
+            why.append(f"one of the newest {policy.keep_last}")
+        if it == best:
+            v = (scores or CheckpointScores()).value(it, policy.metric or "")
+            why.append(f"the best by {policy.metric} ({v:g})")
+        if why:
+            out.append(Kept(it, True, "; ".join(why)))
+        else:
+            out.append(Kept(it, False, f"beyond the newest {policy.keep_last or 1}"
+                                       + (f" and not the best by {policy.metric}" if policy.metric else "")))
+    return sorted(out, key=lambda k: k.iteration)

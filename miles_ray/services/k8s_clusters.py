@@ -14,8 +14,8 @@ from miles_ray.core.errors import Interrupted
 from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress
 from miles_ray.services.backends.kube.bookkeeping import cluster_record
-from miles_ray.services.backends.kube.preflight import (check_fields_known, check_token_secret, create_token_secret_hint,
-                                                        preflight, unchecked_token_secret)
+from miles_ray.services.backends.kube.preflight import (check_fields_known, check_token_secret,
+                                                        create_token_secret_hint, preflight, unchecked_token_secret)
 from miles_ray.services.backends.kube.waits import wait_ready
 from miles_ray.services.backends.results import KubeUp, Preflight
 from miles_ray.services.documents import prepare_cluster

@@ -27,7 +27,7 @@ def labelled_gpu_memory(cfg: MilesRayConfig, address: str) -> LabelledGpu | None
     kubeconfig to read it with). The nodes cannot be read (no permission to list nodes, the API unreachable): no
     label says, and ``source`` says why."""
     head = parse_head(address)
-    if head.kind != "kubernetes" or kube.missing_kubeconfig(cfg.kubeconfig):
+    if head.namespace is None or kube.missing_kubeconfig(cfg.kubeconfig):  # (only a KubeRay head has one)
         return None
     try:
         nodes = kube.gpu_node_labels(kube.load_client(cfg.kubeconfig, cfg.kube_context), head.namespace, head.name)

@@ -28,6 +28,7 @@ provenance go into its description and ``content`` (JSON).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -35,7 +36,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from miles_ray.adapters import state
+from miles_ray.adapters import checkpoint_files, state
 from miles_ray.adapters.polyaxon_api import ModelRegistry, PolyaxonApi
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
@@ -80,6 +81,8 @@ class CheckpointListing(Result):
     where: str
     paths: dict[str, bool]
     ip: str | None = None
+    # per iteration (str): bytes, files, mtime, registered, missing (miles_ray.adapters.checkpoint_files.describe)
+    details: dict[str, dict[str, Any]] | None = None
 
 
 class Artifact(Result):
@@ -160,7 +163,27 @@ def list_checkpoints_local(checkpoint_root: str, extra: list[str]) -> Checkpoint
             latest = tracker.read_text().strip()
     return CheckpointListing(root=str(root), exists=exists, iterations=iterations, latest=latest,
                              where="this machine (local backend: the workers share its filesystem)",
-                             paths={p: Path(p).is_dir() for p in extra})
+                             paths={p: Path(p).is_dir() for p in extra},
+                             details=checkpoint_files.describe_all(str(root), iterations))
+
+
+def mark_registered(record: dict[str, Any], iteration: int, content: dict[str, Any], here: bool,
+                    kube_context: str | None = None, kubeconfig: str | None = None) -> str | None:
+    """Write the marker that keeps a registered checkpoint from the run's retention (its supervisor reads the
+    checkpoint dir, not the registry; :data:`miles_ray.core.supervision.REGISTERED_MARKER`) and keep the version in
+    the run's saved copy; why the marker could not be written (None: it was)."""
+    checkpoint_files.add_registered(record["run"], {**content, "iteration": iteration})
+    root = checkpoint_root(record)
+    try:
+        if here:
+            checkpoint_files.write_registered(checkpoint_dir(root, iteration), content)
+            return None
+        probe = checkpoint_list_probe(root, record, [], probe_token(), mark=(iteration, json.dumps(content)))
+        with open_head(record["address"], kube_context=kube_context or record.get("kube_context"),
+                       kubeconfig=kubeconfig or record.get("kubeconfig")) as url:
+            return run_probe(url, probe, payload_python(record["address"])).result.get("error")
+    except (OSError, ClusterError) as e:
+        return str(e).splitlines()[0]
 
 
 def list_checkpoints_on_cluster(record: dict[str, Any], extra: list[str], timeout: float = 120,
@@ -283,6 +306,11 @@ def register(cfg: MilesRayConfig, run: str, iteration: int, *, version: str | No
     back = registry.get_version(version)
     if back is None:
         raise ClusterError(f"model version {version} was registered but cannot be read back from {api.host}")
+    unmarked = mark_registered(record, iteration, {"version": version, "project": f"{owner}/{project}",
+                                                   "host": api.host}, here, kube_context, kubeconfig)
+    if unmarked and progress:
+        progress(f"warning: the checkpoint is registered, but its retention marker was not written ({unmarked}): "
+                 "a retention of the run may prune it")
     return RegisterResult(
         version=version, project=f"{owner}/{project}", host=api.host, updated=existing is not None, run=run,
         polyaxon_run_uuid=uuid, checkpoint=ckpt, hf_dir=hf if hf_found else None,

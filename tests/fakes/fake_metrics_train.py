@@ -28,7 +28,8 @@ A job whose ``--load`` dir has ``latest_checkpointed_iteration.txt`` = L starts 
 (``miles/backends/megatron_utils/actor.py`` line 212); none there: at 0; ``--start-rollout-id`` wins.
 
 Values: the eval score climbs linearly to ``$MILESRAY_TEST_FAKE_EVAL_FINAL`` (default 0.4), the reward to
-``$MILESRAY_TEST_FAKE_REWARD_FINAL`` (default 0.5). ``$MILESRAY_TEST_FAKE_TRAIN_EXIT`` sets the exit code;
+``$MILESRAY_TEST_FAKE_REWARD_FINAL`` (default 0.5); with ``$MILESRAY_TEST_FAKE_EVAL_PEAK=P`` the eval score peaks
+at checkpoint P and falls after it (a best checkpoint that is not the newest). ``$MILESRAY_TEST_FAKE_TRAIN_EXIT`` sets the exit code;
 ``$MILESRAY_TEST_FAKE_ROLLOUT_SECONDS`` (default 0) how long each rollout takes (a run that is still running).
 Standard library only.
 """
@@ -116,10 +117,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{save} every {save_interval}, eval {evals} every {eval_interval}", flush=True)
     pause = float(os.environ.get("MILESRAY_TEST_FAKE_ROLLOUT_SECONDS", "0") or 0)
 
+    peak = _int_or_none(os.environ.get("MILESRAY_TEST_FAKE_EVAL_PEAK"))
+
     def evaluate(rid: int, trained: int) -> None:  # the model after ``trained`` rollouts
         parts = []
+        # climbing; with $MILESRAY_TEST_FAKE_EVAL_PEAK=P, falling again after checkpoint P (P + 1 rollouts trained)
+        score = trained if peak is None or trained <= peak + 1 else 2 * (peak + 1) - trained
         for name in evals:
-            parts.append(f"'eval/{name}': {round(eval_final * trained / num_rollout, 6)}")
+            parts.append(f"'eval/{name}': {round(eval_final * score / num_rollout, 6)}")
             parts.append(f"'eval/{name}-truncated_ratio': 0.03")
             parts.append(f"'eval/{name}-none_reward_ratio': 0.0")
         _log("rollout.py:61", f"eval {rid}: {{{', '.join(parts)}}}")

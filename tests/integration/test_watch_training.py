@@ -1,7 +1,8 @@
 """Watch it train, on the embedded Ray cluster: while a run runs, `status RUN -o json` shows its ``progress`` (the
 rollout id moving, ``of`` = --num-rollout, an ETA); a diverged loss is a WARN finding of `status` and `doctor`;
-`runs plot A B --out x.png|x.svg|x.html` draws both runs (a PNG that decodes to the expected size, an HTML page that
-names both runs, holds their points and loads nothing from anywhere).
+`status RUN --watch` without a terminal prints one line per new rollout and ends when the run ends, with its exit
+code; `runs plot A B --out x.png|x.svg|x.html` draws both runs (a PNG that decodes to the expected size, an HTML
+page that names both runs, holds their points and loads nothing from anywhere).
 
 Miles cannot run here (no GPU, no Miles image): each run's train.py is the STAND-IN tests/fakes/fake_metrics_train.py
 (Miles' loop and metric lines, 0-based rollout ids); ``MILESRAY_TEST_FAKE_ROLLOUT_SECONDS`` makes run A slow enough

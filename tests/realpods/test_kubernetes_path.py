@@ -375,6 +375,7 @@ def test_doctor_is_clean_on_a_healthy_cluster(live: SimpleNamespace) -> None:
 
 def test_scale_is_refused_under_a_running_job_then_allowed(live: SimpleNamespace) -> None:
     rec = _json(live.mr("submit", "--mode", "direct", "--nodes", "2", "--run", "held", "--no-check-data", "--max-restarts", "0",
+                        "--no-memory-check",  # a STAND-IN trainer in 2Gi pods, not Qwen3-4B
                         "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json"))
     assert rec["created"] is True
     _wait_running(live, "held")
@@ -426,6 +427,7 @@ def test_a_job_lost_with_its_head_pod_is_failed_and_its_resubmit_starts_attempt_
     checkpoint dir; Ray's own job list on the new head shows one job of the run running. (One head deletion
     serves both: each costs the workers' raylets about a minute to give up on the lost GCS and rejoin.)"""
     submit = ("submit", "--mode", "direct", "--nodes", "2", "--run", "lostjob", "--no-check-data", "--max-restarts", "0",
+              "--no-memory-check",  # a STAND-IN trainer in 2Gi pods, not Qwen3-4B
               "--env", "MILESRAY_TEST_FAKE_TRAIN_SLEEP=600", "--no-follow", "-o", "json")
     first = _json(live.mr(*submit))
     assert first["created"] is True

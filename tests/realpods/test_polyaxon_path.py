@@ -334,6 +334,7 @@ KINDS = {"step": "train/loss", "rollout": "rollout/raw_reward", "eval": "eval/ai
 def _direct_args(run: str, eval_final: str) -> list[str]:
     return ["submit", "--mode", "direct", "--nodes", "2", "--run", run, "--no-check-data", "--num-rollout",
             str(ROLLOUTS), "--miles-commit", "abc123", "--allow-miles-drift",
+            "--no-memory-check",  # a STAND-IN trainer in 2Gi pods, not Qwen3-4B
             "--dataset-revision", "d1", "--model-revision", "m1", "--env", "MILESRAY_TEST_FAKE_ROLLOUT_SECONDS=0.3",
             "--env", f"MILESRAY_TEST_FAKE_EVAL_FINAL={eval_final}", "-o", "json"]
 

@@ -78,7 +78,8 @@ def test_the_new_counters_see_what_they_count(tmp_path):
                    '        rec.pop("run")\n    other["name"], rec.get("nope")\n'
                    '    return f"{sid}/api/v0/nodes?limit=1"\n'
                    'def poly():\n    return "/api/v1/orgs"\n'
-                   'def head_lost():\n    PolyaxonApi(host=cfg.polyaxon_host)\n    polyaxon_api.PolyaxonApi(rec.polyaxon_host)\n'
+                   'def head_lost():\n    PolyaxonApi(host=cfg.polyaxon_host)\n'
+                   '    polyaxon_api.PolyaxonApi(rec.polyaxon_host)\n'
                    '    PolyaxonApi(host=rec.get("polyaxon_host"), retries=1)\n    PolyaxonApi()\n')
     plain = tmp_path / "plain.py"
     plain.write_text('"""Nothing: /api/jobs/ in a docstring."""\nx = "/api/v1/runs"\n')

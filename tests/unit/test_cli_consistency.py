@@ -21,11 +21,11 @@ from miles_ray.core.errors import EXIT_CODES, JobFailed
 from tests.conftest import IMAGE, REPO
 
 # Every verb that talks to Kubernetes or to a Ray head that may sit behind a port-forward.
-CLUSTER_VERBS = {"up", "submit", "scale", "status", "logs", "stop", "runs", "runs compare", "runs plot", "park", "resume", "down", "check-data",
+CLUSTER_VERBS = {"up", "submit", "scale", "status", "logs", "stop", "runs", "runs compare", "runs plot", "runs outputs", "park", "resume", "down", "check-data",
                  "doctor", "comm-check", "register", "env"}
 OFFLINE_VERBS = {"plan", "render", "recipes", "init", "clusters"}
 SHORT_FLAGS = {"-o": "--output", "-c": "--config", "-n": "--namespace", "-b": "--backend", "-r": "--recipe",
-               "-N": "--nodes", "-G": "--gpus-per-node", "-F": "--format", "-f": "--follow", "-y": "--yes",
+               "-N": "--nodes", "-G": "--gpus-per-node", "-F": "--format", "-f": "--follow", "-w": "--watch", "-y": "--yes",
                "-h": "--help"}
 
 

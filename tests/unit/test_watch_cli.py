@@ -281,14 +281,16 @@ def test_watch_without_a_terminal_prints_each_new_rollout_and_ends_with_the_run(
     gone_run("w", "RUNNING", "")
     logs = [miles_log(range(0, n), now, 5, nan_from=7) for n in (3, 6, 6, 9)]
     script = scripted("w", [{"status": "PENDING", "log": "loading the model\n"}]
-                      + [{"status": "RUNNING", "log": log} for log in logs] + [{"status": "SUCCEEDED", "log": logs[-1]}])
+                      + [{"status": "RUNNING", "log": log} for log in logs]
+                      + [{"status": "SUCCEEDED", "log": logs[-1]}])
     code, out, err = cli("status", "w", "--watch")
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("run w: PENDING") and lines[1].startswith("run w: RUNNING")
     rollouts = [int(re.match(r"rollout (\d+) \(", ln).group(1)) for ln in lines if ln.startswith("rollout ")]
     assert rollouts == list(range(0, 9))  # each once, in order (the first read had none)
-    assert "\nrollout 2 (3/40) · reward 0.025 · loss 0.01667 · perf/rollout_time 1.5 · 5 s/rollout · ETA 3m05s\n" in out
+    assert ("\nrollout 2 (3/40) · reward 0.025 · loss 0.01667 · perf/rollout_time 1.5 · 5 s/rollout · ETA 3m05s\n"
+            in out)
     assert "\nrollout 1 (2/40) · reward 0.0125 · loss 0.025 · perf/rollout_time 1.5\n" in out  # pace: a read's last
     assert "rollout 7 (8/40) · reward 0.0875 · loss nan" in out
     warn = [i for i, ln in enumerate(lines) if ln.startswith("WARN run w: train/loss is nan")]
@@ -306,11 +308,11 @@ def test_watch_without_a_terminal_says_each_attempt_and_resume(cli, state_dir, s
     a1 = attempt(1, "RUNNING")
     a1_failed = attempt(1, "FAILED", ended=True, reason="node lost", retry=True, why="1 of 2 restarts left")
     a2 = attempt(2, "RUNNING", resumed="/ckpt", resumed_iteration=1)
+    a2_failed = attempt(2, "FAILED", ended=True, retry=False, why="no restart left")
     scripted("sup", [{"status": "RUNNING", "log": first[:first.index("step 2:")], "attempts": [a1]},
                      {"status": "PENDING", "log": first, "attempts": [a1_failed]},
                      {"status": "RUNNING", "log": second, "attempts": [a1_failed, a2]},
-                     {"status": "FAILED", "log": second, "attempts": [a1_failed, attempt(2, "FAILED", ended=True,
-                                                                                          retry=False, why="no restart left")]}])
+                     {"status": "FAILED", "log": second, "attempts": [a1_failed, a2_failed]}])
     code, out, err = cli("status", "sup", "-w")
     assert code == 3 and "run sup: the job FAILED" in err  # status's exit code for FAILED
     assert out.splitlines() == [
@@ -325,7 +327,8 @@ def test_watch_without_a_terminal_says_each_attempt_and_resume(cli, state_dir, s
         # attempt 2 logs rollouts 2 and 3 again (its checkpoint held rollout 1): new rollouts of attempt 2
         "rollout 2 (3/40) · reward 0.025 · loss 0.01667 · perf/rollout_time 1.5 · attempt 2",
         "rollout 3 (4/40) · reward 0.0375 · loss 0.0125 · perf/rollout_time 1.5 · attempt 2",
-        "rollout 4 (5/40) · reward 0.05 · loss 0.01 · perf/rollout_time 1.5 · attempt 2 · 5 s/rollout · ETA 2m55s",
+        "rollout 4 (5/40) · reward 0.05 · loss 0.01 · perf/rollout_time 1.5 · attempt 2 · 5 s/rollout · "
+        "ETA 2m55s",
         "attempt 2 ended FAILED · not retried: no restart left",
         "run sup: FAILED · rollout 4 (5/40 done)"]
 

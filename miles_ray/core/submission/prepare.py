@@ -111,6 +111,9 @@ class SubmitJob:
                 "resume_job": sup.get("resume_job"), "checkpoint_dir": sup.get("checkpoint_dir"),
                 "gpu_workers": sup.get("gpu_workers", 0), "gpus_per_node": sup.get("gpus_per_node", 0),
                 "workers_timeout": sup.get("workers_timeout", 600.0)}
+        for key in ("keep_checkpoints", "keep_best"):  # the retention (absent: keep every checkpoint)
+            if sup.get(key) is not None:
+                spec[key] = sup[key]
         if sup.get("polyaxon"):
             spec["polyaxon"] = sup["polyaxon"]
         return spec
@@ -236,6 +239,7 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
     ).model_dump(by_alias=True, exclude=set(RECORDED_ON_CREATION) | {"supervisor", "memory_check"})
     if supervision is not None:
         record["supervisor"] = {"kind": supervision["kind"], "max_restarts": supervision["max_restarts"]}
+        record["supervisor"].update({k: supervision[k] for k in ("keep_checkpoints", "keep_best") if k in supervision})
     if request.no_memory_check:
         record["memory_check"] = "skipped (--no-memory-check)"
     if existing is not None:
@@ -273,8 +277,11 @@ def supervision_of(request: SubmitRequest, kind: str, available: frozenset[str],
     n = request.max_restarts
     explicit = n is not None
     n = DEFAULT_MAX_RESTARTS if n is None else n
+    retention = {k: v for k, v in (("keep_checkpoints", request.keep_checkpoints), ("keep_best", request.keep_best))
+                 if v is not None}
     if n == 0:
         return None, ()
+    explicit = explicit or bool(retention)  # a retention needs the supervisor: no silent fallback
     if kind not in available:
         if explicit:
             raise ConfigError(f"--max-restarts {n}: a run supervisor on a {kind} cluster is not available in this "
@@ -287,7 +294,7 @@ def supervision_of(request: SubmitRequest, kind: str, available: frozenset[str],
                                                                          "--max-restarts 0")
         return None, ("the job saves no checkpoints (no --save): not supervised (a restarted attempt would start "
                       "over)",)
-    return {"kind": kind, "max_restarts": n, "checkpoint_dir": save}, ()
+    return {"kind": kind, "max_restarts": n, "checkpoint_dir": save, **retention}, ()
 
 
 def unkept_checkpoints(cfg: MilesRayConfig, backend: str, run: str, save: str | None,

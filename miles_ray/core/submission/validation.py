@@ -17,7 +17,7 @@ from miles_ray.core.planner import Plan
 from miles_ray.core.prepare import require_feasible, resolve_plan
 from miles_ray.core.recipes import Recipe
 from miles_ray.core.secrets import HINT as SECRET_HINT, secret_name, secret_value
-from miles_ray.core.supervision import DEFAULT_MAX_RESTARTS, MAX_RESTARTS_LIMIT
+from miles_ray.core.supervision import DEFAULT_MAX_RESTARTS, MAX_RESTARTS_LIMIT, Retention, SpecError
 
 
 _CREDENTIAL_FLAG = re.compile(r"(key|token|secret|password|passwd|credentials?)$", re.I)
@@ -93,6 +93,9 @@ class SubmitRequest:
     max_restarts: int | None = None
     # do not refuse a job whose memory estimate does not fit (miles_ray.core.memory); kept in the run record
     no_memory_check: bool = False
+    # retention by the run's supervisor (miles_ray.core.supervision.Retention): None, None: keep every checkpoint
+    keep_checkpoints: int | None = None
+    keep_best: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,25 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
         raise ConfigError("--hold keeps a rehearsal's actors in place; it applies to --rehearse only",
                           hint="add --rehearse, or drop --hold")
     check_max_restarts(request)
+    check_retention(request)
     return ValidRequest(request=request, recipe=recipe, plan=plan, image=image, env=parse_env(request.env))
+
+
+def check_retention(request: SubmitRequest) -> None:
+    """--keep-checkpoints N (>= 1) / --keep-best METRIC: the run's supervisor deletes checkpoints, so a run that has
+    one (--mode direct, --max-restarts not 0)."""
+    if request.keep_checkpoints is None and request.keep_best is None:
+        return
+    try:
+        Retention.of(request.keep_checkpoints, request.keep_best)
+    except SpecError as e:
+        raise ConfigError(str(e)) from None
+    flag = "--keep-checkpoints" if request.keep_checkpoints is not None else "--keep-best"
+    if request.rehearse or request.mode != "direct" or request.max_restarts == 0:
+        why = ("a rehearsal writes no checkpoints" if request.rehearse else "--max-restarts 0: the run has no "
+               "supervisor" if request.mode == "direct" else "the upstream launcher's run has no supervisor")
+        raise ConfigError(f"{flag}: checkpoints are pruned by the run's supervisor ({why})",
+                          hint="submit with --mode direct and a supervisor (--max-restarts >= 1), or drop " + flag)
 
 
 def check_max_restarts(request: SubmitRequest) -> None:

@@ -164,14 +164,16 @@ class KubeRayBackend:
                                    "differs: " + "; ".join(diffs), hint="'miles-ray status' shows it") from None
                 say(progress, f"RayCluster {cfg.name} already exists (created by a concurrent 'up' meanwhile); "
                               "waiting for it")
-        bookkeeping.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": cfg.name, "namespace": cfg.namespace,
-                             "context": cfg.kube_context}, cfg.ray_auth_secret or kuberay_token_secret(cfg.name))
+        bookkeeping.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": cfg.name,
+                                      "namespace": cfg.namespace, "context": cfg.kube_context},
+                                cfg.ray_auth_secret or kuberay_token_secret(cfg.name))
         if wait:
             result.status = waits.wait_ready(cfg, api, cfg.name, cfg.nodes, progress, timeout, ray_check)
         return result
 
     def status(self, cfg: MilesRayConfig, *, with_ray: bool = False) -> KubeStatus:
-        st = status.raycluster_status(cfg, bookkeeping.client(cfg), bookkeeping.cluster_record(cfg)["raycluster"], with_ray)
+        st = status.raycluster_status(cfg, bookkeeping.client(cfg), bookkeeping.cluster_record(cfg)["raycluster"],
+                                      with_ray)
         if with_ray:
             st.idle = teardown.idle_or_unknown(cfg)
         return st
@@ -181,7 +183,8 @@ class KubeRayBackend:
 
     def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
               force: bool = False, wait: bool = True, ray_check: bool = True) -> KubeScale:
-        return scaling.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)
+        return scaling.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait,
+                             ray_check=ray_check)
 
     def park(self, cfg: MilesRayConfig, *, force: bool = False, if_idle_for: float | None = None, wait: bool = True,
              timeout: float = 300, progress: Progress = None) -> ParkResult:
@@ -195,7 +198,8 @@ class KubeRayBackend:
         if rc["spec"].get("suspend") is True:
             out.already_parked = True
             return out
-        skip, report = park_gate(cfg, if_idle_for, force, lambda: teardown.cluster_idle(cfg), scaling.guarded(cfg, name))
+        skip, report = park_gate(cfg, if_idle_for, force, lambda: teardown.cluster_idle(cfg),
+                                 scaling.guarded(cfg, name))
         if skip:
             return skip
         if report:
@@ -263,7 +267,7 @@ class KubeRayBackend:
         # leaving Ray's state in the Redis. So such a cluster is deleted in the background.
         ft = bool((live.get("spec") or {}).get("gcsFaultToleranceOptions"))
         teardown.delete_raycluster(cfg, api, name, out, wait=True, timeout=DOWN_GCS_FT_TIMEOUT if ft else 120,
-                             missing_ok=True, propagation="Background" if ft else "Foreground")
+                                   missing_ok=True, propagation="Background" if ft else "Foreground")
         state.remove_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name)
         if not out.deleted:
             out.already_down = True

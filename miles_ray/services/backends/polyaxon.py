@@ -235,7 +235,8 @@ class PolyaxonBackend:
         says its run runs)."""
         missing = without_kubectl(cfg)
         if missing:
-            token = (f", {preflight.unchecked_token_secret(cfg, ray_token_secret(cfg))}" if cfg.ray_auth == "token" else "")
+            token = (f", {preflight.unchecked_token_secret(cfg, ray_token_secret(cfg))}" if cfg.ray_auth == "token"
+                     else "")
             notice = (f"no kubeconfig ({missing} does not exist): the Kubernetes preflight (namespace, KubeRay CRD, "
                       f"{cfg.nodes} free GPU node(s) x {cfg.gpus_per_node}{token}) is skipped; Polyaxon's agent "
                       "schedules the operation")
@@ -248,7 +249,7 @@ class PolyaxonBackend:
         if cfg.ray_auth == "token":
             say(progress, f"preflight: the Ray token Secret {cfg.namespace}/{ray_token_secret(cfg)}")
             report.ray_token_secret = preflight.check_token_secret(cfg, api, ray_token_secret(cfg),
-                                                               "the operation's head and workers")
+                                                                   "the operation's head and workers")
         unchecked = check_sidecar_access(cfg, api, objects.operation or {}, progress)
         result = KubeUp(name=cfg.name, namespace=cfg.namespace, via=self.via, preflight=report,
                         warnings=objects.warnings, notices=[unchecked] if unchecked else [])
@@ -267,12 +268,12 @@ class PolyaxonBackend:
         uuid = client.create_operation(cfg.polyaxon_owner, cfg.polyaxon_project, op, name=cfg.name,
                                        tags=op.get("tags"), meta=meta, known_connections=known)
         raycluster = f"plx-operation-{uuid}"
-        bookkeeping.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": raycluster, "namespace": cfg.namespace,
-                             "context": cfg.kube_context, "polyaxon_uuid": uuid,
-                             "polyaxon_project": cfg.polyaxon_project, "polyaxon_owner": cfg.polyaxon_owner,
-                             "polyaxon_host": client.host,
-                             "polyaxon_host_in_cluster": cfg.polyaxon_host_in_cluster or client.host},
-                       ray_token_secret(cfg))
+        bookkeeping.save_record(cfg, {"name": cfg.name, "via": self.via, "raycluster": raycluster,
+                                      "namespace": cfg.namespace, "context": cfg.kube_context, "polyaxon_uuid": uuid,
+                                      "polyaxon_project": cfg.polyaxon_project, "polyaxon_owner": cfg.polyaxon_owner,
+                                      "polyaxon_host": client.host,
+                                      "polyaxon_host_in_cluster": cfg.polyaxon_host_in_cluster or client.host},
+                                ray_token_secret(cfg))
         result.update(created=True, polyaxon_uuid=uuid, raycluster=raycluster)
         say(progress, f"created Polyaxon operation {uuid} in {cfg.polyaxon_owner}/{cfg.polyaxon_project}")
         if wait and api is None:
@@ -313,7 +314,8 @@ class PolyaxonBackend:
 
     def scale(self, cfg: MilesRayConfig, nodes: int, *, progress: Progress = None, timeout: float = 300,
               force: bool = False, wait: bool = True, ray_check: bool = True) -> KubeScale:
-        return scaling.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait, ray_check=ray_check)
+        return scaling.scale(cfg, nodes, progress=progress, timeout=timeout, force=force, wait=wait,
+                             ray_check=ray_check)
 
     def park(self, cfg: MilesRayConfig, *, force: bool = False, if_idle_for: float | None = None, wait: bool = True,
              timeout: float = 300, progress: Progress = None) -> ParkResult:

@@ -11,7 +11,7 @@ from typing import Any
 
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import MilesRayError
-from miles_ray.core.memory import (FitLine, MemoryEstimate, estimate, gib, known_limits, misfit_line, suggestions)
+from miles_ray.core.memory import FitLine, MemoryEstimate, estimate, gib, known_limits, misfit_line, suggestions
 from miles_ray.core.planner import Plan, plan_split
 from miles_ray.core.prepare import resolve_plan
 from miles_ray.core.recipes import Recipe

@@ -13,7 +13,7 @@ from miles_ray.core.progress import Progress, say as _say
 from miles_ray.core.queues import kueue_queue_of
 from miles_ray.services import saved_runs
 from miles_ray.services.backends.kube.bookkeeping import client, cluster_record, get_raycluster
-from miles_ray.services.backends.kube.status import worker_wants
+from miles_ray.services.backends.kube.status import worker_shape
 from miles_ray.services.backends.kube.waits import POLL, wait_ready
 from miles_ray.services.backends.results import KubeScale
 from miles_ray.services.runs import live_status
@@ -33,7 +33,7 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
     groups = current["spec"].get("workerGroupSpecs") or []
     group = next((g for g in groups if g.get("groupName") == cfg.worker_group), None)
     now = group.get("replicas", 0) if group is not None else None
-    gpus, cpu, memory = _worker_shape(group, cfg)
+    gpus, cpu, memory = worker_shape(group, cfg)
     queue = kueue_queue_of(current)
     if queue is not None and now is not None and nodes != now and not force:
         raise Conflict(f"Kueue admits RayCluster {name} (queue {queue!r}): to Kueue a new size is a new Workload, so "
@@ -61,16 +61,6 @@ def scale(cfg: MilesRayConfig, nodes: int, progress: Progress = None, timeout: f
         result.with_status(wait_ready(cfg, api, name, nodes, progress, max(5.0, timeout - (time.monotonic() - start)),
                                       ray_check and nodes > 0))
     return result
-
-
-def _worker_shape(group: dict[str, Any] | None, cfg: MilesRayConfig) -> tuple[int, float, float]:
-    """GPUs, CPU and memory (bytes) each worker of ``group`` requests (its Ray container), as the cluster was made;
-    the configured values where the group does not say."""
-    want = worker_wants(group)
-    gpus = int(kube.quantity(want[kube.GPU])) if kube.GPU in want else cfg.gpus_per_node
-    cpu = kube.quantity(want["cpu"]) if "cpu" in want else cfg.worker_cpu_request
-    memory = kube.quantity(want["memory"]) if "memory" in want else kube.quantity(cfg.memory_per_node)
-    return gpus, cpu, memory
 
 
 def _wait_kueue_workload(api, cfg: MilesRayConfig, name: str, uid: str, nodes: int, progress: Progress,

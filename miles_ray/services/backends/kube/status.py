@@ -1,4 +1,5 @@
-"""A RayCluster's status as Kubernetes (and Ray, and the Polyaxon run behind it) report it."""
+"""A RayCluster's status as Kubernetes (and Ray, and the Polyaxon run behind it) report it, and what each of its workers
+requests."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def raycluster_status(cfg: MilesRayConfig, api, name: str, with_ray: bool = Fals
     pods = kube.cluster_pods(api, cfg.namespace, name)
     st = rc.get("status", {})
     groups = rc["spec"].get("workerGroupSpecs") or []
-    gpus_per_worker = int(kube.quantity(worker_wants(groups[0]).get(kube.GPU, 0))) if groups else 0
+    gpus_per_worker = int(kube.quantity(_worker_wants(groups[0]).get(kube.GPU, 0))) if groups else 0
     ready = st.get("readyWorkerReplicas", 0)
     out: dict[str, Any] = {
         "name": cfg.name, "backend": "kubernetes", "via": rec.get("via", "kuberay"), "raycluster": name,
@@ -68,8 +69,18 @@ def raycluster_status(cfg: MilesRayConfig, api, name: str, with_ray: bool = Fals
     return KubeStatus(**out)
 
 
-def worker_wants(group: dict[str, Any] | None) -> dict[str, Any]:
+def _worker_wants(group: dict[str, Any] | None) -> dict[str, Any]:
     """What each worker of ``group`` asks for (its Ray container): its limits, overridden by its requests."""
     containers = (((group or {}).get("template") or {}).get("spec") or {}).get("containers") or [{}]
     res = containers[0].get("resources") or {}
     return {**(res.get("limits") or {}), **(res.get("requests") or {})}
+
+
+def worker_shape(group: dict[str, Any] | None, cfg: MilesRayConfig) -> tuple[int, float, float]:
+    """GPUs, CPU and memory (bytes) each worker of ``group`` requests (its Ray container), as the cluster was made;
+    the configured values where the group does not say."""
+    want = _worker_wants(group)
+    gpus = int(kube.quantity(want[kube.GPU])) if kube.GPU in want else cfg.gpus_per_node
+    cpu = kube.quantity(want["cpu"]) if "cpu" in want else cfg.worker_cpu_request
+    memory = kube.quantity(want["memory"]) if "memory" in want else kube.quantity(cfg.memory_per_node)
+    return gpus, cpu, memory

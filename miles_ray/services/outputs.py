@@ -1,0 +1,116 @@
+"""``runs outputs RUN``: a run's checkpoints, each with the attempt that wrote it, the eval metrics logged for it, its
+registered version and its fate under the run's retention (rows: :func:`miles_ray.core.outputs.checkpoint_rows`).
+
+Where the checkpoint dir is read: on the local backend, here (its workers share this machine's filesystem, also
+after ``down``); on any other cluster, through the probe job ``register`` uses
+(:func:`miles_ray.services.registry.list_checkpoints_on_cluster`). Every listing read live is kept in the run's
+saved copy (``runs/RUN.saved/outputs.json``); once the cluster cannot be reached (after ``down``) that copy is
+shown, marked as last seen (``seen.live`` false, ``seen.at``). The metrics come from the run's logs (every
+attempt's, live or saved), the deletions from its supervisor's ``checkpoint_deleted`` events (live or saved), the
+registered versions from the run's saved copy (``register`` keeps them there) and the markers in the dirs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from miles_ray.adapters import checkpoint_files, state
+from miles_ray.core.errors import ClusterError, ConfigError, MilesRayError
+from miles_ray.core.outputs import CheckpointRow, checkpoint_rows, scores_of
+from miles_ray.core.results import Result
+from miles_ray.core.supervision import LIVE, Retention, SpecError, final_status, fold_attempts
+from miles_ray.services import saved_runs
+from miles_ray.services.registry import checkpoint_root, list_checkpoints_local, list_checkpoints_on_cluster
+from miles_ray.services.runs import live_status, run_logs
+from miles_ray.services.runs.supervised import handle_for
+
+
+class Seen(Result):
+    """Where and when the checkpoint dir was read: ``live`` now, or the copy kept when it was last seen."""
+
+    live: bool
+    at: str | None
+    where: str
+
+
+class OutputsResult(Result):
+    run: str
+    root: str
+    seen: Seen
+    latest: str | None
+    retention: str
+    checkpoints: list[CheckpointRow]
+    metrics_note: str | None = None
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _listing(record: dict[str, Any], kube_context: str | None, kubeconfig: str | None) -> tuple[dict[str, Any], Seen]:
+    """The checkpoint dir now (kept in the saved copy), or as last seen when the cluster cannot be reached."""
+    run = record["run"]
+    try:
+        if record.get("backend") == "local":
+            listing = list_checkpoints_local(checkpoint_root(record), [])
+        else:
+            listing = list_checkpoints_on_cluster(record, [], kube_context=kube_context, kubeconfig=kubeconfig)
+    except ClusterError as e:
+        kept = checkpoint_files.last_seen(run)
+        if kept is None:
+            raise type(e)(f"{e.message}; and no listing of it was kept (none read while the cluster was up)",
+                          hint=e.hint, status=e.status) from None
+        return kept["listing"], Seen(live=False, at=kept.get("at"), where=f"last seen at {kept.get('at')} "
+                                     f"({kept['listing'].get('where')}); now: {e.message.splitlines()[0]}")
+    data = listing.to_json()
+    at = _now()
+    checkpoint_files.save_seen(run, {"at": at, "listing": data})
+    return data, Seen(live=True, at=at, where=listing.where)
+
+
+def _events(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A supervised run's supervisor events (its own, else the copy kept with the run's)."""
+    if not record.get("supervisor"):
+        return []
+    try:
+        events = handle_for(record).events()
+    except (ClusterError, ConfigError):
+        events = []
+    if not events:
+        saved = state.read_json(state.saved_dir(record["run"]) / saved_runs.SAVED_EVENTS)
+        events = saved if isinstance(saved, list) else []
+    return events
+
+
+def outputs(run: str, kube_context: str | None = None, kubeconfig: str | None = None) -> OutputsResult:
+    """The outputs of ``run`` (see the module doc)."""
+    record = state.load_record(run)
+    root = checkpoint_root(record)
+    listing, seen = _listing(record, kube_context, kubeconfig)
+    events = _events(record)
+    if record.get("supervisor"):
+        attempts = fold_attempts(events) or list(record.get("attempts") or [])
+        live = seen.live and final_status(events) is None and not record["supervisor"].get("stopped_at") and \
+            bool(attempts) and attempts[-1].get("ended") is None
+    else:
+        attempts = list(record.get("attempts") or [])
+        live = seen.live and live_status(record, kube_context, kubeconfig) in LIVE
+    chunks: list[str] = []
+    note = None
+    try:
+        for chunk in run_logs(run, False, kube_context=kube_context, kubeconfig=kubeconfig):
+            chunks.append(chunk)
+    except MilesRayError as e:
+        note = f"metrics from part of the logs only: {e.message.splitlines()[0]}" if chunks else \
+            f"no metrics: the run's logs could not be read ({e.message.splitlines()[0]})"
+    sup = record.get("supervisor") or {}
+    try:
+        policy = Retention.of(sup.get("keep_checkpoints"), sup.get("keep_best"))
+    except SpecError:
+        policy = Retention()
+    rows = checkpoint_rows(root, listing, live=live, attempts=attempts, scores=scores_of("".join(chunks)),
+                           policy=policy, registered=checkpoint_files.registered(run),
+                           deleted=[e for e in events if e.get("event") == "checkpoint_deleted"])
+    return OutputsResult(run=run, root=root, seen=seen, latest=listing.get("latest"), retention=policy.describe(),
+                         checkpoints=rows, **({"metrics_note": note} if note else {}))
