@@ -390,12 +390,16 @@ def _rss_mib(live: SimpleNamespace, pod: str) -> float:
 
 # ---- the scenarios ------------------------------------------------------------------------------------------
 
-def worker_loss(live: SimpleNamespace, run: str) -> dict:
+def worker_loss(live: SimpleNamespace, run: str, watch: bool = False) -> dict:
     """A worker pod deleted (grace 0) while the run trains, past its first checkpoint: the supervisor waits for the
     replacement worker in Ray and starts attempt 2 from the last complete checkpoint. Returns the figures and
-    what the assertions need (shared with benchmarks/bench_supervised.py)."""
+    what the assertions need (shared with benchmarks/bench_supervised.py). ``watch``: a ``status RUN --watch``
+    without a terminal follows the run from its submission (``watcher``: its process, ended with the run)."""
     first = _submit(live, run)
     assert first["created"] is True, first
+    watcher = subprocess.Popen([sys.executable, "-m", "miles_ray", "status", run, "--watch"], env=live.env,
+                               cwd=live.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, text=True) if watch else None
     sid = first["submission_id"]
     poll("the supervisor pod to run", lambda: any(p.status.phase == "Running" for p in _supervisor_pods(live, run)),
          120)
@@ -411,7 +415,7 @@ def worker_loss(live: SimpleNamespace, run: str) -> dict:
     st = _until_final(live, run)
     jobs = _ray_jobs(live, run)
     logs = [_job_logs(live, j["submission_id"]) for j in jobs]
-    return {"status": st, "jobs": jobs, "logs": logs, "sid": sid, "supervisor_pod": sup_pod,
+    return {"status": st, "jobs": jobs, "logs": logs, "sid": sid, "supervisor_pod": sup_pod, "watcher": watcher,
             "figures": {"worker_deleted_to_training_resumed_s": resumed_s, "supervisor_rss_mib": rss,
                         # Miles' numbering: checkpoint N holds rollout N; the rollouts after it are trained twice
                         "steps_lost": max(_steps(logs[0])) - st["attempts"][1]["resumed_iteration"]
@@ -421,8 +425,24 @@ def worker_loss(live: SimpleNamespace, run: str) -> dict:
 
 def test_a_worker_pod_lost_mid_run_is_resumed_from_the_last_checkpoint(cluster: SimpleNamespace,
                                                                        real_pods: RealPods) -> None:
-    got = worker_loss(cluster, "workerloss")
+    got = worker_loss(cluster, "workerloss", watch=True)
     st, jobs, logs = got["status"], got["jobs"], got["logs"]
+    # status RUN --watch without a terminal followed the whole run: its rollouts, the attempt change and the resume,
+    # and it ended by itself when the run did, with status's exit code for SUCCEEDED
+    try:
+        watched, watch_err = got["watcher"].communicate(timeout=120)
+    finally:
+        got["watcher"].kill()
+    assert got["watcher"].returncode == 0, watch_err[-2000:]
+    lines = watched.splitlines()
+    assert lines[0].startswith("run workerloss: "), watched[:2000]
+    assert lines[-1].startswith("run workerloss: SUCCEEDED"), watched[-2000:]
+    assert any(ln.startswith("attempt 1 ended FAILED") and "retried" in ln for ln in lines), watched[-4000:]
+    [started2] = [ln for ln in lines if ln.startswith("attempt 2 started")]
+    assert f"iter {st['attempts'][1]['resumed_iteration']}, from rollout" in started2, started2
+    after = lines[lines.index(started2):]
+    watched_rollouts = [int(ln.split()[1]) for ln in after if ln.startswith("rollout ") and "attempt 2" in ln]
+    assert watched_rollouts and watched_rollouts[-1] == TARGET - 1 and watched_rollouts == sorted(watched_rollouts)
     real_pods.figures.update(got["figures"])
     assert st["status"] == "SUCCEEDED", json.dumps(st)[-3000:]
     assert [a["attempt"] for a in st["attempts"]] == [1, 2], st["attempts"]
