@@ -49,6 +49,7 @@ _.up_cmd
 _.compare_cmd  # cli/compare.py: cli/app.py's GROUPS names it by string as `runs compare`; Typer calls it
 _.plot_cmd  # cli/plot.py: cli/app.py's GROUPS names it by string as `runs plot`; Typer calls it
 _.outputs_cmd  # cli/outputs.py: cli/app.py's GROUPS names it by string as `runs outputs`; Typer calls it
+_.pull_cmd  # cli/pull.py: cli/app.py's GROUPS names it by string as `runs pull`; Typer calls it
 _.runs_cmd  # cli/runs.py: @runs_app.callback(), Typer calls it before `runs compare` or alone
 _._root  # cli/app.py: @app.callback(), the global options (--version, --debug); Typer calls it
 # cli/app.py: the lazy click Group; click reads Group.commands and calls list_commands() for the help listing.
@@ -173,12 +174,15 @@ _.root_exists
 _.scale_seconds
 _.seconds_start
 _.seconds_total
+_.seen_at
 _.serving_head
+_.skipped_bytes
 _.stopped_nodes
 _.stopped_uuid
 _.temp_dir
 _.total_cpus
 _.up_seconds
+_.verified
 _.was_parked
 _.worker_pids
 _.writable_dir

@@ -56,7 +56,8 @@ VERBS: dict[str, tuple[str, str, str]] = {
 # a verb that is a group: its function is the group's callback (run when no subcommand is given), and its
 # subcommands, name -> (module in miles_ray.cli, command function), are verb modules of their own
 GROUPS: dict[str, dict[str, tuple[str, str]]] = {
-    "runs": {"compare": ("compare", "compare_cmd"), "plot": ("plot", "plot_cmd"), "outputs": ("outputs", "outputs_cmd")},
+    "runs": {"compare": ("compare", "compare_cmd"), "plot": ("plot", "plot_cmd"), "outputs": ("outputs", "outputs_cmd"),
+             "pull": ("pull", "pull_cmd")},
 }
 
 

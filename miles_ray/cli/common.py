@@ -273,6 +273,7 @@ class progress_display:
         self._status = None
         self._stop = None
         self._thread = None
+        self._handed = False
 
     def stamp(self) -> str:
         now = self._clock()
@@ -297,12 +298,22 @@ class progress_display:
         if self._status is not None:
             self._status.update(escape(f"{self.stamp()} {message}"))
 
+    def hand_over(self) -> None:
+        """Leave stderr to another live display (a progress bar of its own): the spinner stops, and the heartbeat
+        too (that display shows what moves); the lines passed on still print."""
+        self._handed = True
+        status, self._status = self._status, None
+        if status is not None:
+            status.__exit__(None, None, None)
+
     def _tick(self) -> None:
         while True:
-            if self._status is not None:  # a terminal: the spinner's clock ticks every second
+            status = self._status
+            if status is not None or self._handed:  # a terminal: the spinner's clock ticks every second
                 if self._stop.wait(1.0):
                     return
-                self._status.update(escape(f"{self.stamp()} {self._last}"))
+                if status is not None and self._status is status:
+                    status.update(escape(f"{self.stamp()} {self._last}"))
                 continue
             due = self._quiet_since + self.heartbeat - self._clock()
             if due > 0:

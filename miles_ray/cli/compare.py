@@ -21,6 +21,13 @@ def _fmt(v) -> str:
     return s if len(s) <= 72 else s[:69] + "..."
 
 
+def _best(c) -> str:
+    """A run's best checkpoint as the table shows it: ``7 (eval/aime 0.31)``."""
+    if c.best is None:
+        return "-"
+    return f"{c.best} ({c.metric} {_fmt(c.value)})" if c.value is not None else str(c.best)
+
+
 def folded(table):
     """A value that does not fit folds onto the next line instead of ending in '…' (a path stays whole)."""
     for column in table.columns:
@@ -36,8 +43,10 @@ def compare_cmd(
     output: OutputOpt = Output.table,
 ) -> None:
     """Compare two runs: recipe and its hash, split, image digest, Miles commit, model/dataset revisions,
-    output dirs, the evaluation data and procedure, and the last value of each metric Miles logged
-    (eval/<dataset>, rollout/raw_reward, train/loss ... read from the job logs).
+    output dirs, the evaluation data and procedure, the last value of each metric Miles logged
+    (eval/<dataset>, rollout/raw_reward, train/loss ... read from the job logs), and each run's newest complete
+    and best checkpoint (by its --keep-best metric, else its first eval metric) as its saved outputs listing
+    has them ('miles-ray runs outputs RUN' reads and saves one).
 
     It names the run with the better final eval metric only when both used the same evaluation data,
     dataset revision and procedure; otherwise it shows the numbers and says why it will not judge. Even
@@ -72,6 +81,12 @@ def compare_cmd(
         for row in result.metrics:
             t.add_row(row.metric, _fmt(row.a) + (f" @{row.a_at}" if row.a_at is not None else ""),
                       _fmt(row.b) + (f" @{row.b_at}" if row.b_at is not None else ""))
+        out.print(t)
+        t = folded(Table("checkpoint (saved outputs listing)", a, b, title="checkpoints", title_justify="left"))
+        ca, cb = result.checkpoints.a, result.checkpoints.b
+        t.add_row("newest complete", _fmt(ca.newest), _fmt(cb.newest))
+        t.add_row("best", _best(ca), _best(cb))
+        t.add_row("", ca.note, cb.note)
         out.print(t)
         for run, why in result.errors.items():
             out.print(f"[yellow]{run}: no metrics: {why}[/]")

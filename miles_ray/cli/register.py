@@ -63,5 +63,7 @@ def register_cmd(
         out.print(f"  tags: {', '.join(result.tags)}")
         out.print(f"  checked: {result.checked.where}; iterations {result.checked.iterations}")
         out.print(f"[bold]note:[/] {result.note}")
+        out.print(f"outputs: {result.outputs} (every checkpoint with its evals; a registered one is never pruned); "
+                  f"miles-ray runs pull {result.run} --iteration {checkpoint} --to DIR copies it home", markup=False)
 
     emit(result, output, table)

@@ -118,6 +118,11 @@ class TimedOut(ClusterError):
     """A bounded wait ran out; the message says what was still missing."""
 
 
+class TransferFailed(ClusterError):
+    """A copy off a run's storage failed part way (a file changed while read, the disk filled): what was copied
+    and verified stays, the same command resumes."""
+
+
 # -- outcomes of jobs and checks --------------------------------------------------------------------------
 class JobFailed(MilesRayError):
     """The job ended FAILED (exit 3)."""

@@ -582,9 +582,11 @@ def _kv_bytes_per_token(shape: ModelShape, engine_gpus: int) -> float:
 
 def estimate(recipe: Recipe, plan: Plan, gpu_bytes: int | None = None, memory_per_node: int | None = None,
              storage_capacity: int | None = None, extra_args: Sequence[str] = (), num_rollout: int | None = None,
-             gpu_source: str = "") -> MemoryEstimate:
+             gpu_source: str = "", keep_checkpoints: int | None = None, keep_best: bool = False) -> MemoryEstimate:
     """The memory of ``recipe`` split as ``plan`` says: per GPU (trainer, rollout), per node (host) and on the
-    claim (storage), each held against what is known to be there (None: not checked)."""
+    claim (storage), each held against what is known to be there (None: not checked). ``keep_checkpoints`` /
+    ``keep_best``: the run's retention (submit --keep-checkpoints N / --keep-best): at most N (1 when only
+    --keep-best is given) + 1 (the best) checkpoints stay on the claim (:func:`kept_by_retention`)."""
     shape = model_shape(recipe)
     flags = job_flags(recipe, plan, extra_args, num_rollout)
     trainer, params_per_gpu, host_opt, dp = _trainer(recipe, plan, shape, flags)
@@ -645,6 +647,9 @@ def estimate(recipe: Recipe, plan: Plan, gpu_bytes: int | None = None, memory_pe
                 else saved)
     else:
         kept = 0
+    cap = kept_by_retention(keep_checkpoints, keep_best)
+    if cap is not None:
+        kept = min(kept, cap)
     storage = StorageMemory(checkpoint_bytes=round(ckpt), checkpoints_kept=kept, bytes_needed=round(ckpt * kept),
                             capacity_bytes=storage_capacity)
     lines.append(FitLine(part="storage", needed_bytes=round(ckpt * kept), available_bytes=storage_capacity,
@@ -655,6 +660,14 @@ def estimate(recipe: Recipe, plan: Plan, gpu_bytes: int | None = None, memory_pe
     return MemoryEstimate(gpu_bytes=gpu_bytes, parameters=total, fits=all(line.fits for line in lines),
                           trainer=trainer, rollout=rollout, host=host_memory, storage=storage, lines=lines,
                           notes=notes, gpu_source=gpu_source)
+
+
+def kept_by_retention(keep_checkpoints: int | None, keep_best: bool) -> int | None:
+    """How many complete checkpoints the run's retention keeps (:class:`miles_ray.core.supervision.Retention`: the
+    newest N, 1 when only a metric is given, + the best by the metric); None: no retention, every one stays."""
+    if keep_checkpoints is None and not keep_best:
+        return None
+    return (keep_checkpoints or 1) + (1 if keep_best else 0)
 
 
 # -- what would fit instead ----------------------------------------------------------------------------------------
@@ -788,15 +801,18 @@ def _pod_memory(text: str) -> int:
 
 
 def check_fit(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, extra_args: Sequence[str] = (), num_rollout: int | None = None,
-              no_check: bool = False, gpu_bytes: int | None = None) -> FitCheck:
+              no_check: bool = False, gpu_bytes: int | None = None, keep_checkpoints: int | None = None,
+              keep_best: bool = False) -> FitCheck:
     """Estimate and hold against what is known; a misfit is a PlanError (exit 2) in ONE line naming the part, the
-    GiB needed and there, and the checked changes that fit. ``no_check``: estimate, say so, refuse nothing."""
+    GiB needed and there, and the checked changes that fit. ``no_check``: estimate, say so, refuse nothing.
+    ``keep_checkpoints`` / ``keep_best``: the run's retention (the storage part counts the checkpoints it keeps)."""
     gpu, host, source = known_limits(cfg, gpu_bytes)
     if not plan.feasible:
         return FitCheck(estimate=None, checked=False)
     try:
         est = estimate(recipe, plan, gpu_bytes=gpu, memory_per_node=host, extra_args=extra_args,
-                       num_rollout=num_rollout, gpu_source=source)
+                       num_rollout=num_rollout, gpu_source=source, keep_checkpoints=keep_checkpoints,
+                       keep_best=keep_best)
     except ConfigError:
         if no_check or (gpu is None and host is None):
             return FitCheck(estimate=None, checked=False, notices=[

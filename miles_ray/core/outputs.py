@@ -17,7 +17,8 @@ import re
 from typing import Any, Iterable, Mapping
 
 from miles_ray.core.results import Result
-from miles_ray.core.supervision import CheckpointScores, Retention, checkpoint_scores, retention_plan
+from miles_ray.core.supervision import (CheckpointScores, Retention, SpecError, best_checkpoint, checkpoint_scores,
+                                         parse_keep_best, retention_plan)
 
 _HEADER = re.compile(r"^== attempt (\d+) \(.*==\s*$", re.M)
 
@@ -148,3 +149,61 @@ def checkpoint_rows(root: str, listing: Mapping[str, Any], *, live: bool, attemp
                                   registered=versions.get(it, []), kept=False,
                                   why=f"deleted by the retention at {ev.get('at')}: {ev.get('why')}"))
     return sorted(rows, key=lambda r: r.iteration)
+
+
+def complete_iterations(listing: Mapping[str, Any]) -> list[int]:
+    """The complete checkpoints of a listing (at or below the tracker, nothing known missing), oldest first: the
+    rule of :func:`checkpoint_rows`."""
+    latest = latest_of(listing.get("latest"))
+    details = listing.get("details") or {}
+    return sorted(it for it in set(listing.get("iterations") or []) if latest is not None and it <= latest
+                  and not (details.get(str(it)) or {}).get("missing"))
+
+
+def headline_eval(scores: CheckpointScores) -> str | None:
+    """The eval metric a run is judged by when none is named: its first ``eval/<dataset>`` (not a sub-metric such as
+    ``eval/aime-truncated_ratio``), by name."""
+    names = sorted({k for m in scores.metrics.values() for k in m
+                    if k.startswith("eval/") and "-" not in k.split("/", 1)[1]})
+    return names[0] if names else None
+
+
+class CheckpointSummary(Result):
+    """``runs compare``'s ``checkpoints``: a run's newest complete checkpoint and its best by ``metric`` (the run's
+    --keep-best, else its first eval metric; ``value``), as its saved outputs listing (``seen_at``) has them."""
+
+    newest: int | None
+    best: int | None
+    metric: str | None
+    value: float | None
+    seen_at: str | None
+    note: str
+
+
+def checkpoint_summary(run: str, seen: Mapping[str, Any] | None, scores: CheckpointScores,
+                       keep_best: str | None = None) -> CheckpointSummary:
+    """The newest and best complete checkpoint of ``run`` in ``seen`` (the saved listing: ``at``, ``listing``; None:
+    none saved) with the metrics of ``scores``."""
+    if not seen or not isinstance(seen.get("listing"), Mapping):
+        return CheckpointSummary(newest=None, best=None, metric=None, value=None, seen_at=None,
+                                 note=f"no outputs listing saved: 'miles-ray runs outputs {run}' reads one")
+    complete = complete_iterations(seen["listing"])
+    metric, mode = (None, "max")
+    if keep_best:
+        try:
+            metric, mode = parse_keep_best(keep_best)
+        except SpecError:
+            metric = None
+    metric = metric or headline_eval(scores)
+    best = best_checkpoint(complete, scores, metric, mode) if metric else None
+    at = seen.get("at")
+    if not complete:
+        note = f"no complete checkpoint (outputs listing of {at})"
+    elif best is None:
+        note = (f"{metric} logged for no complete checkpoint" if metric else "no eval metric logged") + \
+            f" (outputs listing of {at})"
+    else:
+        note = f"best by {metric} ({'lowest' if mode == 'min' else 'highest'}); outputs listing of {at}"
+    return CheckpointSummary(newest=complete[-1] if complete else None, best=best, metric=metric,
+                             value=scores.value(best, metric) if best is not None and metric else None,
+                             seen_at=at if isinstance(at, str) else None, note=note)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from miles_ray.adapters import ray_jobs, state
+from miles_ray.adapters import checkpoint_files, ray_jobs, state
 from miles_ray.adapters.ray_head import open_head
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.errors import ClusterError, ConfigError, MilesRayError
 from miles_ray.core.metrics import compare_runs, parse_metrics
+from miles_ray.core.outputs import CheckpointSummary, checkpoint_summary, scores_of
 from miles_ray.core.results import Result
+from miles_ray.services.runs import run_logs
 
 
 class FieldRow(Result):
@@ -64,9 +66,17 @@ class Verdict(Result):
     refused: bool
 
 
+class CheckpointPair(Result):
+    """Each run's newest complete and best checkpoint (:func:`miles_ray.core.outputs.checkpoint_summary`)."""
+
+    a: CheckpointSummary
+    b: CheckpointSummary
+
+
 class CompareResult(Result):
     """Two runs side by side: provenance, split, evaluation setup, final metrics, and the verdict; ``errors``:
-    why a run has no metrics."""
+    why a run has no metrics; ``checkpoints``: each run's newest complete and best checkpoint, from its saved
+    outputs listing (``runs outputs``)."""
 
     a: str
     b: str
@@ -77,6 +87,7 @@ class CompareResult(Result):
     metric_lines: MetricLines
     errors: dict[str, str]
     verdict: Verdict
+    checkpoints: CheckpointPair
 
 
 class RunMetrics(Result):
@@ -85,6 +96,7 @@ class RunMetrics(Result):
 
     parsed: dict[str, Any] | None = None
     why_not: str | None = None
+    text: str = ""
 
 
 def run_metrics(record: dict[str, Any], kube_context: str | None = None,
@@ -101,7 +113,15 @@ def run_metrics(record: dict[str, Any], kube_context: str | None = None,
             text = ray_jobs.logs(url, record["submission_id"])
     except ClusterError as e:
         return RunMetrics(why_not=f"no job log ({e.message})")
-    return RunMetrics(parsed=parse_metrics(text or ""))
+    return RunMetrics(parsed=parse_metrics(text or ""), text=text or "")
+
+
+def _saved_logs(run: str, kube_context: str | None, kubeconfig: str | None) -> str:
+    """The run's logs, every attempt's, from wherever they are (the saved copy after ``down``); "" if none."""
+    try:
+        return "".join(run_logs(run, False, kube_context=kube_context, kubeconfig=kubeconfig))
+    except MilesRayError:
+        return ""
 
 
 def compare(run_a: str, run_b: str, kube_context: str | None = None, kubeconfig: str | None = None) -> CompareResult:
@@ -112,4 +132,9 @@ def compare(run_a: str, run_b: str, kube_context: str | None = None, kubeconfig:
     rec_a, rec_b = state.load_record(run_a), state.load_record(run_b)
     logs_a, logs_b = run_metrics(rec_a, kube_context, kubeconfig), run_metrics(rec_b, kube_context, kubeconfig)
     errors = {r: m.why_not for r, m in ((run_a, logs_a), (run_b, logs_b)) if m.why_not}
-    return CompareResult.model_validate(compare_runs(rec_a, rec_b, logs_a.parsed, logs_b.parsed, errors))
+    checkpoints = {side: checkpoint_summary(rec["run"], checkpoint_files.last_seen(rec["run"]),
+                                            scores_of(m.text or _saved_logs(rec["run"], kube_context, kubeconfig)),
+                                            (rec.get("supervisor") or {}).get("keep_best"))
+                   for side, rec, m in (("a", rec_a, logs_a), ("b", rec_b, logs_b))}
+    return CompareResult.model_validate({**compare_runs(rec_a, rec_b, logs_a.parsed, logs_b.parsed, errors),
+                                         "checkpoints": checkpoints})

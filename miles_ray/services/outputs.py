@@ -19,7 +19,7 @@ from miles_ray.adapters import checkpoint_files, state
 from miles_ray.core.errors import ClusterError, ConfigError, MilesRayError
 from miles_ray.core.outputs import CheckpointRow, checkpoint_rows, scores_of
 from miles_ray.core.results import Result
-from miles_ray.core.supervision import LIVE, Retention, SpecError, final_status, fold_attempts
+from miles_ray.core.supervision import LIVE, CheckpointScores, Retention, SpecError, final_status, fold_attempts
 from miles_ray.services import saved_runs
 from miles_ray.services.registry import checkpoint_root, list_checkpoints_local, list_checkpoints_on_cluster
 from miles_ray.services.runs import live_status, run_logs
@@ -48,11 +48,16 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def checkpoints_here(record: dict[str, Any]) -> bool:
+    """The run's checkpoint dir is on this machine's filesystem: a run of the local backend (its workers share it)."""
+    return record.get("backend") == "local"
+
+
 def _listing(record: dict[str, Any], kube_context: str | None, kubeconfig: str | None) -> tuple[dict[str, Any], Seen]:
     """The checkpoint dir now (kept in the saved copy), or as last seen when the cluster cannot be reached."""
     run = record["run"]
     try:
-        if record.get("backend") == "local":
+        if checkpoints_here(record):
             listing = list_checkpoints_local(checkpoint_root(record), [])
         else:
             listing = list_checkpoints_on_cluster(record, [], kube_context=kube_context, kubeconfig=kubeconfig)
@@ -85,6 +90,12 @@ def _events(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def outputs(run: str, kube_context: str | None = None, kubeconfig: str | None = None) -> OutputsResult:
     """The outputs of ``run`` (see the module doc)."""
+    return outputs_and_scores(run, kube_context, kubeconfig)[0]
+
+
+def outputs_and_scores(run: str, kube_context: str | None = None,
+                       kubeconfig: str | None = None) -> tuple[OutputsResult, CheckpointScores]:
+    """:func:`outputs`, and the metrics logged for each checkpoint (every metric, not only the evals)."""
     record = state.load_record(run)
     root = checkpoint_root(record)
     listing, seen = _listing(record, kube_context, kubeconfig)
@@ -109,8 +120,9 @@ def outputs(run: str, kube_context: str | None = None, kubeconfig: str | None = 
         policy = Retention.of(sup.get("keep_checkpoints"), sup.get("keep_best"))
     except SpecError:
         policy = Retention()
-    rows = checkpoint_rows(root, listing, live=live, attempts=attempts, scores=scores_of("".join(chunks)),
+    scores = scores_of("".join(chunks))
+    rows = checkpoint_rows(root, listing, live=live, attempts=attempts, scores=scores,
                            policy=policy, registered=checkpoint_files.registered(run),
                            deleted=[e for e in events if e.get("event") == "checkpoint_deleted"])
     return OutputsResult(run=run, root=root, seen=seen, latest=listing.get("latest"), retention=policy.describe(),
-                         checkpoints=rows, **({"metrics_note": note} if note else {}))
+                         checkpoints=rows, **({"metrics_note": note} if note else {})), scores

@@ -118,6 +118,8 @@ class RegisterResult(Result):
     checked: Checked
     registered: dict[str, Any]
     note: str
+    # where the run's checkpoints are listed with their evals (this one marked registered: never pruned)
+    outputs: str
 
 
 def checkpoint_root(record: dict[str, Any]) -> str:
@@ -317,7 +319,8 @@ def register(cfg: MilesRayConfig, run: str, iteration: int, *, version: str | No
         hf_dir_note=None if hf_found or explicit_hf else (
             f"HF dir {hf} not found: not registered" if hf else
             "the run did not pass --save-hf: no HF dir registered (give --hf-dir)"),
-        artifacts=artifacts, lineage=lineage, tags=all_tags, checked=checked, registered=back, note=NOT_A_GATE)
+        artifacts=artifacts, lineage=lineage, tags=all_tags, checked=checked, registered=back, note=NOT_A_GATE,
+        outputs=f"miles-ray runs outputs {run}")
 
 
 def polyaxon_target(cfg: MilesRayConfig, record: dict[str, Any] | None = None) -> tuple[str | None, str, str]:

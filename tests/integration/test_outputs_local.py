@@ -3,7 +3,8 @@ run whose train.py is the STAND-IN tests/fakes/fake_metrics_train.py (Miles cann
 lines and writes Megatron-shaped checkpoints by Miles' numbering) checkpoints every 2 of 10 rollouts and evaluates
 every 2, its eval score peaking at checkpoint 3 (``MILESRAY_TEST_FAKE_EVAL_PEAK``, set by the test); submitted with
 ``--keep-checkpoints 2 --keep-best eval/aime``, its supervisor (the real program, a detached process) keeps exactly
-the two newest and the best on disk, and ``runs outputs`` lists every checkpoint with its size as on disk."""
+the two newest and the best on disk, ``runs outputs`` lists every checkpoint with its size as on disk, and ``runs pull``
+brings the newest and the best home byte for byte."""
 
 from __future__ import annotations
 
@@ -81,3 +82,18 @@ def test_retention_keeps_the_two_newest_and_the_best_and_outputs_lists_them(worl
     code, out, err = cli("runs", "outputs", run)
     assert code == 0, err
     assert "the best by eval/aime" in out and "keep the newest 2 and the best by eval/aime" in out
+
+    # runs pull: the newest and (--iteration, --best) the best home byte for byte; a second pull copies nothing
+    def files_of(d: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+    home = world["mount"].parent / "home"
+    for args, it in ((), 9), (("--iteration", "3"), 3), (("--best", "eval/aime"), 3):
+        dest = home / f"pulled-{'-'.join(args) or 'newest'}".replace("/", "_")
+        code, out, err = cli("runs", "pull", run, *args, "--to", str(dest), "-o", "json")
+        assert code == 0, err
+        assert json.loads(out)["iteration"] == it
+        assert files_of(dest / f"iter_{it:07d}") == files_of(ckpt / f"iter_{it:07d}")
+        assert (dest / "latest_checkpointed_iteration.txt").read_text() == str(it)
+    code, out, err = cli("runs", "pull", run, "--to", str(home / "pulled-newest"), "-o", "json")
+    assert code == 0 and json.loads(out)["copied_files"] == 0, err

@@ -21,7 +21,7 @@ from miles_ray.core.errors import EXIT_CODES, JobFailed
 from tests.conftest import IMAGE, REPO
 
 # Every verb that talks to Kubernetes or to a Ray head that may sit behind a port-forward.
-CLUSTER_VERBS = {"up", "submit", "scale", "status", "logs", "stop", "runs", "runs compare", "runs plot", "runs outputs", "park", "resume", "down", "check-data",
+CLUSTER_VERBS = {"up", "submit", "scale", "status", "logs", "stop", "runs", "runs compare", "runs plot", "runs outputs", "runs pull", "park", "resume", "down", "check-data",
                  "doctor", "comm-check", "register", "env"}
 OFFLINE_VERBS = {"plan", "render", "recipes", "init", "clusters"}
 SHORT_FLAGS = {"-o": "--output", "-c": "--config", "-n": "--namespace", "-b": "--backend", "-r": "--recipe",

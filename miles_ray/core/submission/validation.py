@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME
@@ -117,7 +117,8 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
     # it fits the GPUs, the pods and the claim (where they are known): refused before anything is recorded. Not
     # for a rehearsal: it places Miles' actors and loads no model, on whatever pods (fake GPUs, a CI runner's)
     if not request.rehearse:
-        check_fit(cfg, recipe, plan, request.extra_args, request.num_rollout, no_check=request.no_memory_check)
+        check_fit(cfg, recipe, plan, request.extra_args, request.num_rollout, no_check=request.no_memory_check,
+                  **retention_kept(request))
     if request.mode == "launcher":
         check_launcher_layout(recipe, plan)
         if recipe.launcher_max_nodes and plan.nodes > recipe.launcher_max_nodes:
@@ -142,6 +143,16 @@ def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidReques
     check_max_restarts(request)
     check_retention(request)
     return ValidRequest(request=request, recipe=recipe, plan=plan, image=image, env=parse_env(request.env))
+
+
+def retention_kept(request: SubmitRequest) -> dict[str, Any]:
+    """The retention the fit check counts in the storage part (--keep-checkpoints N, --keep-best): a bad one is
+    not counted here (:func:`check_retention` refuses it in one line)."""
+    try:
+        policy = Retention.of(request.keep_checkpoints, request.keep_best)
+    except SpecError:
+        return {}
+    return {"keep_checkpoints": policy.keep_last, "keep_best": policy.metric is not None}
 
 
 def check_retention(request: SubmitRequest) -> None:

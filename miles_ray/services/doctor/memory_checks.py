@@ -1,6 +1,6 @@
 """doctor's memory findings, one per part of the estimate (miles_ray.core.memory): ``memory_trainer`` (the most
 loaded trainer GPU), ``memory_rollout`` (each rollout engine GPU), ``memory_host`` (a node's pod) and
-``memory_storage`` (the checkpoints kept). For a run, its recipe, split and job flags as recorded; for a cluster,
+``memory_storage`` (the checkpoints kept: all, or as many as the run's retention keeps). For a run, its recipe, split and job flags as recorded; for a cluster,
 the job the configuration plans. The GPU memory is the configured one, else the GPU nodes' labels (Kubernetes),
 else unknown (``skipped``)."""
 
@@ -71,8 +71,10 @@ def memory_findings(cfg: MilesRayConfig, record: dict[str, Any] | None, head: st
         if head:
             cfg, notice = cluster_gpu_memory(cfg, head)
         gpu, host, source = known_limits(cfg)
+        sup = (record or {}).get("supervisor") or {}  # the run's retention: the checkpoints it keeps
         est: MemoryEstimate = estimate(recipe, plan, gpu_bytes=gpu, memory_per_node=host, extra_args=args,
-                                       gpu_source=source)
+                                       gpu_source=source, keep_checkpoints=sup.get("keep_checkpoints"),
+                                       keep_best=bool(sup.get("keep_best")))
     except (MilesRayError, KeyError, ValueError, TypeError) as e:
         return [finding("memory", "memory", SKIPPED, f"memory not estimated: {getattr(e, 'message', None) or e}",
                         fix=getattr(e, "hint", None) or "")]
