@@ -1,4 +1,4 @@
-"""The memory estimate's cost (miles_ray/core/memory.py), and `plan` start time with it, side by side in one run.
+"""The memory estimate's cost (miles_ray/core/memory/), and `plan` start time with it, side by side in one run.
 
 In-process: the estimate of every planned catalog recipe at every size 1..64 nodes x 8 GPUs that plans (the
 issue's target: well under a second for all of them), and a misfit's checked suggestions (each one planned and

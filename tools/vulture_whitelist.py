@@ -93,8 +93,8 @@ _._consistent  # core/recipes.py
 _.operator  # core/config.py Toleration: dumped into the pods' tolerations (and gpu_capacity's)
 _.effect  # core/config.py Toleration: as operator
 _.tolerationSeconds  # core/config.py Toleration: as operator
-# core/memory.py MemoryEstimate parts: the -o json "memory" keys scripts compare (issue 36 names them), written by
-# model_dump; the table reads the FitLine rows instead.
+# core/memory/estimate.py MemoryEstimate parts: the -o json "memory" keys scripts compare (issue 36 names them),
+# written by model_dump; the table reads the FitLine rows instead.
 _.parameters_per_gpu
 _.bytes_per_parameter
 _.distributed_optimizer
