@@ -30,7 +30,8 @@ A job whose ``--load`` dir has ``latest_checkpointed_iteration.txt`` = L starts 
 Values: the eval score climbs linearly to ``$MILESRAY_TEST_FAKE_EVAL_FINAL`` (default 0.4), the reward to
 ``$MILESRAY_TEST_FAKE_REWARD_FINAL`` (default 0.5); with ``$MILESRAY_TEST_FAKE_EVAL_PEAK=P`` the eval score peaks
 at checkpoint P and falls after it (a best checkpoint that is not the newest). ``$MILESRAY_TEST_FAKE_TRAIN_EXIT`` sets the exit code;
-``$MILESRAY_TEST_FAKE_ROLLOUT_SECONDS`` (default 0) how long each rollout takes (a run that is still running).
+``$MILESRAY_TEST_FAKE_ROLLOUT_SECONDS`` (default 0) how long each rollout takes (a run that is still running);
+``$MILESRAY_TEST_FAKE_HANG_AFTER=N`` makes it print nothing more after rollout N, as a stuck NCCL collective does.
 Standard library only.
 """
 
@@ -154,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             _log("checkpoint.py:40", f"saved checkpoint from iteration {rid:7d} to {save}")
         if should_run_periodic_action(rid, eval_interval, None):
             evaluate(rid, rid + 1)
+        hang_after = os.environ.get("MILESRAY_TEST_FAKE_HANG_AFTER")  # a stuck collective: silent from here on
+        if hang_after and rid >= int(hang_after):
+            time.sleep(3600)
     return int(os.environ.get("MILESRAY_TEST_FAKE_TRAIN_EXIT", "0") or 0)
 
 if __name__ == "__main__":

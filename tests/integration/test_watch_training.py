@@ -78,6 +78,8 @@ class Page(HTMLParser):
 
 
 def test_progress_moves_while_it_runs_and_plots_of_two_runs(env, cli, tmp_path, monkeypatch):
+    # watch-c goes silent after rollout 5 (a stuck collective): checked at the end, once its stall bound has passed
+    submit(cli, env, "watch-c", "MILESRAY_TEST_FAKE_ROLLOUT_SECONDS=0.3", "MILESRAY_TEST_FAKE_HANG_AFTER=5")
     submit(cli, env, "watch-a", "MILESRAY_TEST_FAKE_ROLLOUT_SECONDS=0.6")
     submit(cli, env, "watch-b", "MILESRAY_TEST_FAKE_NAN_LOSS_FROM=20", "MILESRAY_TEST_FAKE_EVAL_FINAL=0.6")
 
@@ -150,3 +152,18 @@ def test_progress_moves_while_it_runs_and_plots_of_two_runs(env, cli, tmp_path, 
                 if k in ("src", "href", "xlink:href", "data") and v and not v.startswith("#")]
     code, out, err = cli("runs", "plot", "watch-a", "watch-b", "--metric", "eval/gsm8k", "--out", str(png))
     assert code == 2 and "no run logged eval/gsm8k; they logged:" in err and "eval/aime" in err
+
+    # watch-c went silent after rollout 5: it is reported stalled within the documented bound (k x its usual rollout
+    # time, never under the floor), with the next things to look at, and it is not stopped by that (the test stops it)
+    from miles_ray.core import train_progress
+
+    c = poll("watch-c to be told stalled", lambda: (s := status(cli, "watch-c"))["progress"]["stalled"] and s,
+             train_progress.STALL_FLOOR_SECONDS + 120)
+    pc = c["progress"]
+    assert c["status"] == "RUNNING" and pc["step"] == 5 and pc["stall_after_seconds"] == train_progress.STALL_FLOOR_SECONDS
+    # told within one read of the bound (status reads are a few seconds apart on this machine)
+    assert pc["stall_after_seconds"] <= pc["stalled_for_seconds"] <= pc["stall_after_seconds"] + 30, pc
+    code, out, _ = cli("status", "watch-c")
+    assert "WARN run watch-c has logged no new rollout for" in out and "miles-ray doctor watch-c" in out, out
+    code, out, err = cli("stop", "watch-c")
+    assert code == 0, err
