@@ -197,14 +197,19 @@ def by_rollout(series: Series, names: Sequence[str]) -> dict[tuple[int, int], di
 
 def seconds_per_step(per_attempt: Mapping[int, Sequence[tuple[int, float | None]]],
                      recent: int = RECENT_STEPS) -> float | None:
-    """The median time of the last ``recent`` step intervals (within an attempt, never across a restart)."""
+    """The median time of the last ``recent`` step intervals (within an attempt, never across a restart). Log lines
+    carry whole seconds: steps faster than that give intervals of 0 and 1 s, whose median (0) says nothing; their
+    mean is the pace then."""
     intervals: list[float] = []
     for n in sorted(per_attempt):
         steps = per_attempt[n]
         for (s1, t1), (s2, t2) in zip(steps, steps[1:]):
             if t1 is not None and t2 is not None and s2 > s1 and t2 >= t1:
                 intervals.append((t2 - t1) / (s2 - s1))
-    return statistics.median(intervals[-recent:]) if intervals else None
+    if not intervals:
+        return None
+    recent_intervals = intervals[-recent:]
+    return statistics.median(recent_intervals) or statistics.fmean(recent_intervals)
 
 
 def stall_bound(step_seconds: float | None, factor: float = STALL_FACTOR, floor: float = STALL_FLOOR_SECONDS,

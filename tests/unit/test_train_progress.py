@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -203,3 +204,13 @@ def test_generated_metric_values_never_break_the_summary(values):
     tail = [float(v) for v in values[-tp.COLLAPSE_WINDOW:]]
     collapsed = len(tail) == tp.COLLAPSE_WINDOW and all(map(math.isfinite, tail)) and len(set(tail)) == 1
     assert ("reward_collapse" in checks) == collapsed
+
+
+def test_steps_faster_than_the_logs_second_have_their_mean_pace():
+    """Miles' log lines carry whole seconds: rollouts 0.4 s apart read as intervals of 0 and 1 s (median 0); the pace
+    is their mean, and the ETA of the rollouts left is not 0."""
+    from miles_ray.core.train_progress import seconds_per_step
+
+    stamps = [(rid, float(int(100 + 0.4 * rid))) for rid in range(11)]  # 100, 100, 100, 101, 101, 102 ...
+    assert seconds_per_step({1: stamps}) == pytest.approx(0.4, abs=0.05)
+    assert seconds_per_step({1: [(0, 100.0), (1, 130.0), (2, 160.0)]}) == 30.0  # the median when it says something
