@@ -244,7 +244,9 @@ def progress(series: Series, of: int | None, now: float, running: bool, attempt:
     fraction = min(done / of, 1.0) if of else None
     eta = None
     if running and of and sps is not None:
-        eta = max(of - done, 0) * sps
+        left = max(of - done, 0)
+        # rounded up to a tenth of a second: rollouts left never read as an ETA of 0 (0 means done)
+        eta = max(math.ceil(left * sps * 10) / 10, 0.1) if left else 0.0
     last_at = last[1] if last else None
     bound = stall_bound(sps if len(mine) >= 2 else None)
     since = mine[-1][1] if mine else started_at
@@ -255,7 +257,7 @@ def progress(series: Series, of: int | None, now: float, running: bool, attempt:
             stalled, stalled_for = True, round(quiet, 1)
     return {"step": step, "of": of, "fraction": None if fraction is None else round(fraction, 4),
             "seconds_per_step": None if sps is None else round(sps, 3),
-            "eta_seconds": None if eta is None else round(eta, 1), "last_step_at": _iso(last_at),
+            "eta_seconds": eta, "last_step_at": _iso(last_at),
             "stalled": stalled, "stalled_for_seconds": stalled_for, "attempt": current,
             "stall_after_seconds": round(bound, 1)}
 
