@@ -13,7 +13,10 @@ registered versions from the run's saved copy (``register`` keeps them there) an
 from __future__ import annotations
 
 import datetime as _dt
+import ipaddress
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from miles_ray.adapters import checkpoint_files, state
 from miles_ray.core.errors import ClusterError, ConfigError, MilesRayError
@@ -49,8 +52,23 @@ def _now() -> str:
 
 
 def checkpoints_here(record: dict[str, Any]) -> bool:
-    """The run's checkpoint dir is on this machine's filesystem: a run of the local backend (its workers share it)."""
-    return record.get("backend") == "local"
+    """The run's checkpoint dir is on this machine's filesystem: a run of the local backend (its workers share it),
+    or one given a head by an http address on this machine's loopback (the embedded cluster, `--address
+    http://127.0.0.1:PORT`) whose checkpoint dir is here (a remote head reached through a hand-made port-forward
+    keeps its checkpoints on its own storage: its dir is not here)."""
+    if record.get("backend") == "local":
+        return True
+    address = urlsplit(str(record.get("address") or ""))
+    if record.get("backend") != "address" or address.scheme not in ("http", "https"):
+        return False
+    try:
+        loopback = address.hostname == "localhost" or ipaddress.ip_address(address.hostname or "").is_loopback
+    except ValueError:
+        return False
+    try:
+        return loopback and Path(checkpoint_root(record)).is_dir()
+    except ConfigError:
+        return False  # it saves no checkpoints miles-ray knows of: the callers say so
 
 
 def _listing(record: dict[str, Any], kube_context: str | None, kubeconfig: str | None) -> tuple[dict[str, Any], Seen]:

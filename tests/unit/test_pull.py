@@ -400,3 +400,21 @@ def test_the_storage_part_counts_what_the_retention_keeps(world, monkeypatch):
     validate_request(cfg, SubmitRequest(run="k"))
     assert (seen[0]["keep_checkpoints"], seen[0]["keep_best"]) == (2, True)
     assert "keep_checkpoints" not in seen[1] or seen[1]["keep_checkpoints"] is None
+
+
+@pytest.mark.parametrize("address,made,here", [
+    ("http://127.0.0.1:8265", True, True),  # the embedded cluster given by its address: its workers are here
+    ("http://localhost:8265", True, True),
+    ("http://127.0.0.1:8265", False, False),  # a remote head through a hand-made port-forward: not here
+    ("http://10.1.2.3:8265", True, False),
+    ("k8s://ns/miles", True, False),
+])
+def test_whose_checkpoints_are_on_this_machine(tmp_path, monkeypatch, address, made, here):
+    from miles_ray.services import outputs
+
+    ckpt = tmp_path / "checkpoints"
+    if made:
+        ckpt.mkdir()
+    monkeypatch.setattr(outputs, "checkpoint_root", lambda record: str(ckpt))
+    assert outputs.checkpoints_here({"run": "r", "backend": "address", "address": address}) is here
+    assert outputs.checkpoints_here({"run": "r", "backend": "local", "address": address}) is True
