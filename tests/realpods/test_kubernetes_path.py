@@ -307,23 +307,6 @@ def test_ray_token_auth_on_the_kuberay_cluster(live: SimpleNamespace) -> None:
     assert token not in out + err
 
 
-def test_submit_holds_a_job_against_the_real_nodes_gpu_labels(live: SimpleNamespace) -> None:
-    """The real kubelets' nodes carry the label NVIDIA's GPU feature discovery sets (nvidia.com/gpu.memory, an H100
-    80GB's MiB): a direct submit reads it from the nodes the cluster's workers run on and refuses a job whose rollout
-    engine cannot fit that GPU before anything is recorded (Qwen3.5-27B: its bf16 weights on one GPU per engine are
-    more than SGLang's share of 80 GiB)."""
-    gpu_nodes = [n for n in live.core.list_node().items
-                 if int((n.status.allocatable or {}).get("nvidia.com/gpu", 0)) > 0]
-    assert gpu_nodes and all(n.metadata.labels.get("nvidia.com/gpu.memory") == "81559" for n in gpu_nodes)
-    code, out, err = live.mr("submit", "--mode", "direct", "--recipe", "Qwen3.5-27B", "--nodes", "2", "--run",
-                             "toolarge", "--no-check-data", "--max-restarts", "0", "-o", "json")
-    assert code == 2, err[-3000:]
-    [line] = [x for x in err.splitlines() if x.startswith("error:")]
-    assert "GPU memory from the nodes' label nvidia.com/gpu.memory=81559" in line and "rollout needs" in line, line
-    assert "Traceback" not in out + err
-    assert not list((live.work / "state").rglob("toolarge*"))  # nothing recorded
-
-
 def test_a_pods_ray_agent_port_answers_and_a_closed_port_is_told_refused(live: SimpleNamespace) -> None:
     """What 'down', 'park' and 'scale' read to tell that Ray has stopped in a Polyaxon-made pod being deleted
     (services/backends/kube/sidecars.LingeringSidecars): through a port-forward, Ray's agent port (52365, on the
