@@ -1,7 +1,7 @@
 """The files of a run's checkpoint dir as THIS machine sees them (the local backend: its workers share this
-filesystem): per ``iter_<N>`` dir its bytes, file count, time written and what marks it. The same description as
-the probe job's (``launchers/list_checkpoints.py``, :func:`describe` there), which runs where the checkpoints are
-on any other cluster; a unit test holds the two equal."""
+filesystem): per ``iter_<N>`` dir its bytes, file count, time written and what marks it -- by the probe job's own
+:func:`describe` (``launchers/list_checkpoints.py``, which runs where the checkpoints are on any other cluster), so
+the two listings are one code."""
 
 from __future__ import annotations
 
@@ -11,37 +11,7 @@ from typing import Any
 
 from miles_ray.adapters import state
 from miles_ray.core.supervision import REGISTERED_MARKER
-
-
-def describe(path: str) -> dict[str, Any]:
-    """One checkpoint dir: ``bytes`` (the sum of its files' sizes, symlinks not followed), ``files``, ``mtime`` (the
-    newest file's, epoch seconds), ``registered`` (the marker ``register`` wrote, None), ``missing`` (why its files
-    are not a whole checkpoint, None: nothing known missing)."""
-    size = count = 0
-    newest = 0.0
-    names: set[str] = set()
-    for where, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(where, name))
-            except OSError:
-                continue
-            size += st.st_size
-            count += 1
-            newest = max(newest, st.st_mtime)
-            names.add(name)
-    registered = None
-    try:
-        with open(os.path.join(path, REGISTERED_MARKER), encoding="utf-8") as fh:
-            registered = json.load(fh)
-    except (OSError, ValueError):
-        registered = None
-    missing = None
-    if not (names - {REGISTERED_MARKER}):
-        missing = "no files"
-    elif any(n.endswith(".distcp") for n in names) and ".metadata" not in names:
-        missing = "no .metadata (a torch_dist checkpoint cut off)"
-    return {"bytes": size, "files": count, "mtime": newest or None, "registered": registered, "missing": missing}
+from miles_ray.launchers.list_checkpoints import describe
 
 
 def describe_all(root: str, iterations: list[int]) -> dict[str, dict[str, Any]]:
