@@ -16,7 +16,8 @@ whose actor does not start within ``--timeout`` or whose ring connection fails i
 id; the remaining nodes still run the ring among themselves.
 
 Last line: ``MILES_RAY_PROBE_RESULT {json}``; exit 0 when every node passed, 1 otherwise. Imports only ray,
-the standard library and torch when present.
+the standard library and torch when present. What runs on the peers (the interface, the transports, the
+``Peer`` actor) is here, shipped by value; the driver's verdict is in ``comm_check_verdict.py`` beside it.
 """
 
 from __future__ import annotations
@@ -268,38 +269,10 @@ def emit(result: dict) -> None:
     sys.stdout.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size-mb", type=float, default=16.0, help="all-reduce payload per node (MiB)")
-    p.add_argument("--timeout", type=float, default=60.0, help="bound on placement, actor start and the ring (s)")
-    p.add_argument("--backend", choices=("auto", "tcp", "gloo", "nccl"), default="auto")
-    p.add_argument("--address", default=None)
-    args = p.parse_args(argv)
-    t_start = time.monotonic()
-    result: dict = {"ok": False, "nodes": [], "errors": [], "size_bytes": int(args.size_mb * 2**20)}
-
-    import ray
-    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    address = args.address or os.environ.get("RAY_ADDRESS") or "auto"
-    if address.startswith(("http://", "https://")):
-        address = "auto"
-    from probe_tasks import without_the_jobs_runtime_env
-
-    without_the_jobs_runtime_env()  # the peers run in the nodes' plain workers (probe_tasks.py)
-    ray.init(address=address, logging_level="WARNING", log_to_driver=True)
-
-    alive = [n for n in ray.nodes() if n.get("Alive") and float((n.get("Resources") or {}).get("GPU", 0)) > 0]
-    alive.sort(key=lambda n: (n.get("NodeManagerAddress") or "", n["NodeID"]))
-    ip_of = {n["NodeID"]: n.get("NodeManagerAddress") for n in alive}
-    n_nodes = len(alive)
-    result["gpu_nodes"] = n_nodes
-    print(f"comm-check: {n_nodes} GPU node(s): {', '.join(ip_of[n['NodeID']] for n in alive)}", flush=True)
-    if n_nodes == 0:
-        result["errors"].append("no alive node advertises a GPU")
-        emit(result)
-        return 1
+def _peer_class(ray):
+    """The actor on each GPU node: its IP, interface and torch, then its part of the all-reduce. Defined in this
+    script (the ``__main__`` module) so that Ray ships it and the transports above by value: the peers run in the
+    nodes' plain workers, without this job's working_dir (probe_tasks.py)."""
 
     @ray.remote(num_gpus=1, num_cpus=1)
     class Peer:
@@ -324,109 +297,78 @@ def main(argv: list[str] | None = None) -> int:
                 pass
             return info
 
-        def run(self, backend: str, rank: int, peers: list, size_bytes: int, timeout: float) -> dict:
-            if backend == "tcp":
+        def run(self, transport: str, rank: int, peers: list, size_bytes: int, timeout: float) -> dict:
+            if transport == "tcp":
                 return ring_allreduce(self.listener, rank, [tuple(x) for x in peers], size_bytes, timeout)
             if rank == 0:
                 self.listener.close()  # torch's TCPStore takes rank 0's port
             iface = interface_for(self.ip)["interface"]
-            return torch_allreduce(backend, rank, len(peers), tuple(peers[0]), size_bytes, timeout, iface)
+            return torch_allreduce(transport, rank, len(peers), tuple(peers[0]), size_bytes, timeout, iface)
+
+    return Peer
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size-mb", type=float, default=16.0, help="all-reduce payload per node (MiB)")
+    p.add_argument("--timeout", type=float, default=60.0, help="bound on placement, actor start and the ring (s)")
+    p.add_argument("--backend", choices=("auto", "tcp", "gloo", "nccl"), default="auto")
+    p.add_argument("--address", default=None)
+    args = p.parse_args(argv)
+    t_start = time.monotonic()
+    result: dict = {"ok": False, "nodes": [], "errors": [], "size_bytes": int(args.size_mb * 2**20)}
+
+    import ray
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    address = args.address or os.environ.get("RAY_ADDRESS") or "auto"
+    if address.startswith(("http://", "https://")):
+        address = "auto"
+    from comm_check_verdict import choose_transport, conclude, judge_ring, read_hellos, unplaceable
+    from probe_tasks import without_the_jobs_runtime_env
+
+    without_the_jobs_runtime_env()  # the peers run in the nodes' plain workers (probe_tasks.py)
+    ray.init(address=address, logging_level="WARNING", log_to_driver=True)
+
+    alive = [n for n in ray.nodes() if n.get("Alive") and float((n.get("Resources") or {}).get("GPU", 0)) > 0]
+    alive.sort(key=lambda n: (n.get("NodeManagerAddress") or "", n["NodeID"]))
+    ip_of = {n["NodeID"]: n.get("NodeManagerAddress") for n in alive}
+    n_nodes = len(alive)
+    result["gpu_nodes"] = n_nodes
+    print(f"comm-check: {n_nodes} GPU node(s): {', '.join(ip_of[n['NodeID']] for n in alive)}", flush=True)
+    if n_nodes == 0:
+        result["errors"].append("no alive node advertises a GPU")
+        emit(result)
+        return 1
 
     # ---- one bundle per GPU node, STRICT_SPREAD, bounded wait ----------------------------------
     pg = placement_group([{"GPU": 1, "CPU": 1}] * n_nodes, strategy="STRICT_SPREAD")
     ready, _ = ray.wait([pg.ready()], timeout=args.timeout)
     if not ready:
-        try:
-            from ray._private.state import available_resources_per_node
-
-            free = available_resources_per_node()
-        except Exception:  # noqa: BLE001
-            free = {}
-        for n in alive:
-            avail = free.get(n["NodeID"], {})
-            busy = free and (avail.get("GPU", 0) < 1 or avail.get("CPU", 0) < 1)
-            result["nodes"].append({"ip": ip_of[n["NodeID"]], "node_id": n["NodeID"], "ok": False,
-                                    "status": "unplaceable" if busy else "unknown",
-                                    "error": (f"no free GPU+CPU on this node (free GPU {avail.get('GPU', 0):g}, "
-                                              f"CPU {avail.get('CPU', 0):g}): is a job running?") if busy else
-                                             "placement group not ready"})
-        result["errors"].append(f"placement group of {n_nodes} bundles {{GPU: 1, CPU: 1}} (STRICT_SPREAD, one per "
-                                f"GPU node) not ready after {args.timeout:g}s")
+        unplaceable(result, alive, ip_of, args.timeout)
         remove_placement_group(pg)
         emit(result)
         return 1
     bundle_node = placement_group_table(pg).get("bundles_to_node_id", {})
 
+    # ---- a peer in each bundle says where it is ------------------------------------------------
+    Peer = _peer_class(ray)
     actors = [Peer.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
         placement_group=pg, placement_group_bundle_index=i)).remote() for i in range(n_nodes)]
-    hello_refs = [a.hello.remote() for a in actors]
-    t_hello = time.monotonic()
-    done, _ = ray.wait(hello_refs, num_returns=n_nodes, timeout=args.timeout)
-    hellos: dict[int, dict] = {}
-    per_node: dict[int, dict] = {}
-    for i, ref in enumerate(hello_refs):
-        nid = bundle_node.get(i) or "?"
-        entry = {"ip": ip_of.get(nid, "?"), "node_id": nid, "bundle": i}
-        if ref in done:
-            try:
-                hellos[i] = ray.get(ref)
-                entry.update({k: hellos[i][k] for k in ("ip", "node_id", "interface", "address", "via", "gpu_ids")})
-            except Exception as e:  # noqa: BLE001 - the actor died while starting
-                entry.update({"ok": False, "status": "unreachable",
-                              "error": f"actor failed to start: {type(e).__name__}: {str(e).splitlines()[0][:200]}"})
-        else:
-            entry.update({"ok": False, "status": "unreachable",
-                          "error": f"actor did not start within {args.timeout:g}s"})
-        per_node[i] = entry
-    result["seconds_start"] = round(time.monotonic() - t_hello, 2)
-
+    hellos, per_node = read_hellos(ray, actors, bundle_node, ip_of, args.timeout, result)
     ranks = sorted(hellos, key=lambda i: (hellos[i]["ip"], hellos[i]["node_id"]))
-    infos = [hellos[i] for i in ranks]
-    if args.backend != "auto":
-        backend = args.backend
-    elif infos and all(x["torch"] and x["cuda"] for x in infos):
-        backend = "nccl"
-    elif infos and all(x["torch"] for x in infos):
-        backend = "gloo"
-    else:
-        backend = "tcp"
-    result["backend"] = TCP_BACKEND if backend == "tcp" else backend
+    transport = choose_transport(args.backend, [hellos[i] for i in ranks])
+    result["backend"] = TCP_BACKEND if transport == "tcp" else transport
     print(f"comm-check: backend {result['backend']}, {len(ranks)} of {n_nodes} node(s) in the ring, "
           f"{result['size_bytes']} bytes", flush=True)
 
+    # ---- the all-reduce among the peers that answered ------------------------------------------
     if len(ranks) >= 2:
         peers = [(hellos[i]["ip"], hellos[i]["port"]) for i in ranks]
-        run_refs = [actors[i].run.remote(backend, r, peers, result["size_bytes"], args.timeout)
+        run_refs = [actors[i].run.remote(transport, r, peers, result["size_bytes"], args.timeout)
                     for r, i in enumerate(ranks)]
-        finished, _ = ray.wait(run_refs, num_returns=len(run_refs), timeout=args.timeout + 15)
-        outcomes = []
-        for r, (i, ref) in enumerate(zip(ranks, run_refs)):
-            if ref in finished:
-                try:
-                    outcomes.append(ray.get(ref))
-                except Exception as e:  # noqa: BLE001
-                    outcomes.append({"ok": False, "blame": r, "error": f"{type(e).__name__}: "
-                                                                     f"{str(e).splitlines()[0][:200]}"})
-            else:
-                outcomes.append({"ok": False, "blame": None, "error": f"ring did not finish within "
-                                                                      f"{args.timeout + 15:g}s"})
-        blamed = {o["blame"] for o in outcomes if not o["ok"] and o.get("blame") is not None}
-        for r, (i, o) in enumerate(zip(ranks, outcomes)):
-            entry = per_node[i]
-            entry.update({k: o.get(k) for k in ("seconds", "bytes_sent", "bytes_per_s")})
-            entry["rank"] = r
-            if o["ok"] and r not in blamed:
-                entry.update({"ok": True, "status": "ok", "error": None})
-            elif r in blamed:
-                who = [f"{peers[q][0]} (rank {q})" for q, oo in enumerate(outcomes)
-                       if not oo["ok"] and oo.get("blame") == r and q != r]
-                entry.update({"ok": False, "status": "unreachable",
-                              "error": (f"ring connection to this node failed (reported by {', '.join(who)}: "
-                                        + "; ".join(oo["error"] for q, oo in enumerate(outcomes)
-                                                    if not oo["ok"] and oo.get("blame") == r and q != r) + ")")
-                              if who else o.get("error")})
-            else:
-                entry.update({"ok": False, "status": "failed", "error": o.get("error")})
+        judge_ring(ray, run_refs, ranks, peers, per_node, args.timeout + 15)
     elif len(ranks) == 1:
         entry = per_node[ranks[0]]
         entry["rank"] = 0
@@ -442,21 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001
             pass
     remove_placement_group(pg)
-
-    nodes = sorted(per_node.values(), key=lambda e: (e.get("ip") or "", e.get("node_id") or ""))
-    result["nodes"] = nodes
-    unreachable = [e for e in nodes if e.get("status") == "unreachable"]
-    if unreachable:
-        result["errors"].append("unreachable: " + ", ".join(f"{e['ip']} ({(e['node_id'] or '?')[:12]})"
-                                                             for e in unreachable))
-    result["ok"] = bool(nodes) and all(e.get("ok") for e in nodes)
-    bw = [e["bytes_per_s"] for e in nodes if e.get("ok") and e.get("bytes_per_s")]
-    result["min_bytes_per_s"] = min(bw) if bw else None
-    result["seconds_total"] = round(time.monotonic() - t_start, 2)
-    for e in nodes:
-        rate = f"{e['bytes_per_s'] / 1e6:.1f} MB/s" if e.get("bytes_per_s") else "-"
-        print(f"  {e['ip']:<16} {(e['node_id'] or '?')[:12]:<12} {str(e.get('interface')):<10} "
-              f"{'PASS' if e.get('ok') else 'FAIL'} {rate:>12}  {e.get('error') or ''}", flush=True)
+    conclude(result, per_node, t_start)
     emit(result)
     return 0 if result["ok"] else 1
 

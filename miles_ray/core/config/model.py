@@ -1,81 +1,19 @@
-"""One configuration model for a cluster and a run; the same object feeds head, workers and submitter.
-
-Sources, highest precedence first: command-line flags, ``MILES_RAY_*`` environment variables, a
-``miles-ray.yaml`` file, defaults. Unknown keys are an error in every source.
-"""
+"""The configuration model: every key a cluster and a run take, each checked on its own and against the others."""
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from pathlib import PurePosixPath
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from miles_ray.core.errors import ConfigError, plain
+from miles_ray.core.config.values import (CPU_QUANTITY, ENV_NAME, NO_PASSWORD, QUANTITY, SECRET_KEY, SECRET_OBJECT,
+                                          cpu_millis, parse_password_secret, parse_redis_address)
+from miles_ray.core.errors import ConfigError
 from miles_ray.core.memory import parse_size
 from miles_ray.core.names import check_cluster_name, check_namespace
-from miles_ray.core.safe_yaml import load_yaml_file
 from miles_ray.core.secrets import HINT, secret_name, secret_value
-
-ENV_PREFIX = "MILES_RAY_"
-CONFIG_FILE = "miles-ray.yaml"
-# MILES_RAY_* variables that are not config keys.
-NON_CONFIG_ENV = {"CONFIG", "STATE_DIR"}
-
-_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?")
-_CPU = re.compile(r"[0-9]+(\.[0-9]{1,3})?|[0-9]+m")
-
-
-def cpu_millis(quantity: str) -> int:
-    """Millicores of a CPU quantity such as ``32``, ``0.5`` or ``500m``."""
-    if quantity.endswith("m"):
-        return int(quantity[:-1])
-    return round(float(quantity) * 1000)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_OBJ = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-# redis://HOST:PORT: HOST a DNS name (e.g. redis.ns.svc.cluster.local) or an IPv4 address; PORT 1-65535
-_DNS_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$")
-GCS_FT_PASSWORD_KEY = "password"  # the key of the Redis password in its Secret unless NAME:KEY says another
-NO_PASSWORD = "none"  # gcs_ft_password_secret for a Redis without a password
-
-
-def parse_redis_address(value: str) -> tuple[str, int]:
-    """``redis://HOST:PORT`` -> (HOST, PORT). ValueError (naming the form, never echoing more than 80 characters
-    of the value) for anything else: another scheme, a user or password in the URL, a path, a missing or bad port."""
-    if "@" in value:  # a user or password in the URL: never echo it
-        raise ValueError("the Redis address must not carry a user or password: give redis://HOST:PORT and the "
-                         "password's Secret with --gcs-ft-password-secret NAME[:KEY]")
-    shown = value[:80].encode("unicode_escape").decode()
-    bad = ValueError(f"{shown!r} is not redis://HOST:PORT (e.g. redis://redis.ns.svc.cluster.local:6379; the "
-                     "password comes from --gcs-ft-password-secret, never the URL)")
-    m = re.fullmatch(r"redis://([^:/@\s]+):([0-9]{1,5})", value) if value.isascii() else None
-    if m is None:
-        raise bad
-    host, port = m.group(1).lower(), int(m.group(2))
-    if not 1 <= port <= 65535 or not _DNS_NAME.fullmatch(host):
-        raise bad
-    if re.fullmatch(r"[0-9.]+", host):  # looks numeric: must then be a valid IPv4 address
-        parts = host.split(".")
-        if len(parts) != 4 or any(int(p) > 255 or (len(p) > 1 and p[0] == "0") for p in parts):
-            raise bad
-    return host, port
-
-
-def parse_password_secret(value: str) -> tuple[str, str] | None:
-    """``NAME[:KEY]`` -> (NAME, KEY) (KEY default :data:`GCS_FT_PASSWORD_KEY`); None for ``none``."""
-    if value == NO_PASSWORD:
-        return None
-    name, _, key = value.partition(":")
-    key = key or GCS_FT_PASSWORD_KEY
-    if len(name) > 253 or not _SECRET_OBJ.fullmatch(name) or len(key) > 253 or not _SECRET_KEY.fullmatch(key):
-        raise ValueError("must name a Kubernetes Secret as NAME[:KEY] (a DNS-1123 name, optionally ':' and a key of "
-                         f"letters, digits, '-', '_' or '.'; default key {GCS_FT_PASSWORD_KEY!r}), or be "
-                         f"{NO_PASSWORD!r} for a Redis without a password")
-    return name, key
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -204,7 +142,7 @@ class MilesRayConfig(BaseModel):
     @field_validator("memory_per_node", "head_memory")
     @classmethod
     def _quantity(cls, v: str) -> str:
-        if not _QUANTITY.fullmatch(v):
+        if not QUANTITY.fullmatch(v):
             raise ValueError(f"{v!r} is not a Kubernetes quantity such as 512Gi")
         return v
 
@@ -221,7 +159,7 @@ class MilesRayConfig(BaseModel):
     @field_validator("cpu_request_per_node")
     @classmethod
     def _cpu_quantity(cls, v: str | None) -> str | None:
-        if v is not None and (not _CPU.fullmatch(v) or cpu_millis(v) == 0):
+        if v is not None and (not CPU_QUANTITY.fullmatch(v) or cpu_millis(v) == 0):
             raise ValueError(f"{v!r} is not a CPU quantity such as 32, 0.5 or 500m")
         return v
 
@@ -258,7 +196,7 @@ class MilesRayConfig(BaseModel):
     @field_validator("ray_auth_secret")
     @classmethod
     def _ray_auth_secret(cls, v: str | None) -> str | None:
-        if v is not None and (len(v) > 253 or not _SECRET_OBJ.fullmatch(v)):
+        if v is not None and (len(v) > 253 or not SECRET_OBJECT.fullmatch(v)):
             raise ValueError(f"{v!r} is not a Kubernetes Secret name (a DNS-1123 name such as miles-ray-token)")
         return v
 
@@ -300,7 +238,7 @@ class MilesRayConfig(BaseModel):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for k, value in v.items():
-            if not _ENV_NAME.fullmatch(k):
+            if not ENV_NAME.fullmatch(k):
                 raise ValueError(f"environment variable name {k!r} is not valid")
             what = "a credential" if secret_name(k) else secret_value(str(value))
             if what:  # never echo the value itself
@@ -311,11 +249,11 @@ class MilesRayConfig(BaseModel):
     @classmethod
     def _secret_env(cls, v: dict[str, str]) -> dict[str, str]:
         for k, ref in v.items():
-            if not _ENV_NAME.fullmatch(k):
+            if not ENV_NAME.fullmatch(k):
                 raise ValueError(f"environment variable name {k!r} is not valid")
             secret, sep, key = str(ref).partition("/")
-            if (not sep or len(secret) > 253 or not _SECRET_OBJ.fullmatch(secret) or not key or len(key) > 253
-                    or not _SECRET_KEY.fullmatch(key)):
+            if (not sep or len(secret) > 253 or not SECRET_OBJECT.fullmatch(secret) or not key or len(key) > 253
+                    or not SECRET_KEY.fullmatch(key)):
                 # the reference is a name, but a malformed one may be a pasted value: do not echo it
                 raise ValueError(f"{k} must reference a Kubernetes Secret as 'secret-name/key' "
                                  "(a DNS-1123 name, '/', a key of letters, digits, '-', '_' or '.')")
@@ -366,159 +304,3 @@ class MilesRayConfig(BaseModel):
 
     def output_dir(self, run_id: str) -> str:
         return str(PurePosixPath(self.mount_path) / self.runs_dir / run_id)
-
-
-FIELDS = set(MilesRayConfig.model_fields)
-_COMPLEX = {"node_selector", "tolerations", "env", "secret_env"}
-
-
-def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
-    import json
-
-    out: dict[str, Any] = {}
-    for key, raw in environ.items():
-        if not key.startswith(ENV_PREFIX):
-            continue
-        field = key[len(ENV_PREFIX):].lower()
-        suffix = key[len(ENV_PREFIX):]
-        if suffix in NON_CONFIG_ENV:
-            continue
-        if field not in FIELDS:
-            raise ConfigError(f"unknown environment variable {key}",
-                              hint=f"config keys are: {', '.join(sorted(FIELDS))}")
-        if field in _COMPLEX:
-            try:
-                out[field] = json.loads(raw)
-            except ValueError:
-                raise ConfigError(f"{key} must be JSON (e.g. '{{\"key\": \"value\"}}')") from None
-        else:
-            out[field] = raw
-    return out
-
-
-def find_config_file(explicit: str | None, environ: Mapping[str, str]) -> Path | None:
-    if explicit:
-        return Path(explicit)
-    if environ.get(ENV_PREFIX + "CONFIG"):
-        return Path(environ[ENV_PREFIX + "CONFIG"])
-    default = Path(CONFIG_FILE)
-    return default if default.is_file() else None
-
-
-def load_config(flags: Mapping[str, Any] | None = None, config_file: str | None = None,
-                environ: Mapping[str, str] | None = None) -> MilesRayConfig:
-    """Merge flags > env > file > defaults into one validated config. Raises ConfigError."""
-    environ = os.environ if environ is None else environ
-    flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    unknown = set(flags) - FIELDS
-    if unknown:
-        raise ConfigError(f"unknown config keys from flags: {sorted(unknown)}")
-    path = find_config_file(config_file, environ)
-    file_values: dict[str, Any] = {}
-    if path is not None:
-        data = load_yaml_file(path, what="config file")
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must be a mapping of keys to values")
-        bad = sorted(str(k) for k in data if k not in FIELDS)
-        if bad:
-            import difflib
-
-            near = difflib.get_close_matches(bad[0], list(FIELDS), n=1)
-            raise ConfigError(f"config file {path}: unknown key(s) {', '.join(bad)}",
-                              hint=f"did you mean {near[0]!r}?" if near else "see 'miles-ray init' for the keys")
-        file_values = data
-    env_values = _env_values(environ)
-    merged = {**file_values, **env_values, **flags}
-    try:
-        return MilesRayConfig.model_validate(merged)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = str(err["loc"][0]) if err["loc"] else ""
-        if field in flags:
-            source = f"--{field.replace('_', '-')}"
-        elif field in env_values:
-            source = ENV_PREFIX + field.upper()
-        elif field in file_values:
-            source = f"{field} in {path}"
-        else:
-            source = field or "config"
-        loc = ".".join(str(p) for p in err["loc"][1:])
-        raise ConfigError(f"{source}{'.' + loc if loc else ''}: {plain(str(err['msg']))}") from None
-
-
-STARTER = """\
-# miles-ray configuration. Precedence: command-line flags > MILES_RAY_* env vars > this file > defaults.
-# Every key is optional; unknown keys are an error. 'miles-ray plan' and 'miles-ray render' read it.
-
-# Cluster name: a DNS-1035 label of at most 53 characters (KubeRay derives pod/service names from it).
-name: miles
-namespace: default
-# kube_context: my-gpu-cluster
-# kubeconfig: ~/.kube/config
-# Ray dashboard / Jobs API of an existing head, for 'submit' (default: the cluster made by 'up').
-# ray_address: http://miles-head-svc.default.svc:8265
-
-# Polyaxon (the default 'up' path creates a raycluster operation in this project).
-polyaxon_owner: default
-polyaxon_project: miles
-# polyaxon_host: http://polyaxon.example:8000
-# The Polyaxon API as pods reach it (default: polyaxon_host), e.g. its in-cluster Service when the URL above is
-# an ingress or a port-forward only this machine reaches: runs' supervisors report to their Polyaxon runs there.
-# polyaxon_host_in_cluster: http://polyaxon-polyaxon-api.polyaxon.svc.cluster.local:80
-# polyaxon_preset: gpu-h100
-
-# Gang admission: a Kueue LocalQueue (or, with scheduler: volcano, a Volcano queue) admits the whole cluster.
-# queue: team-a
-# scheduler: volcano
-
-# The Miles image, pinned by digest: head, every worker and the submitter run exactly this build.
-# image: radixark/miles:latest@sha256:<64 hex>
-# Ray version installed in that image (docker run IMAGE python -c 'import ray; print(ray.__version__)').
-# ray_version: "2.60.0"
-# Ray token authentication (default token: KubeRay >= 1.6 keeps the token in a Secret named after the cluster,
-# key auth_token; miles-ray reads it to talk to the head). 'none' lets anyone who reaches the head run code.
-# ray_auth: token
-# ray_auth_secret: my-ray-token   # an existing Secret (key auth_token) instead of the one KubeRay creates
-# GCS fault tolerance (--via kuberay): the head's loss does not restart the workers; a Redis the pods reach and
-# the Secret holding its password (NAME[:KEY], key default 'password'; 'none' for a Redis without a password).
-# gcs_ft: redis://redis.ray-infra.svc.cluster.local:6379
-# gcs_ft_password_secret: redis-password
-
-# Recipe and split ('miles-ray recipes' lists them; 'miles-ray plan' checks the split).
-recipe: Qwen3-4B
-nodes: 1
-gpus_per_node: 8
-# layout: disaggregated     # default: the recipe's own layout
-# rollout_nodes: 1          # disaggregated: whole nodes given to SGLang rollout
-
-# GPU worker pods. cpus_per_node must be >= gpus_per_node + 1. Memory includes /dev/shm.
-cpus_per_node: 64
-# cpu_request_per_node: 500m  # Kubernetes CPU request if lower than cpus_per_node (limit and Ray keep 64)
-memory_per_node: 512Gi
-# gpu_memory: 80GiB  # one GPU's memory: plan/submit check the job fits (default: node labels, else unchecked)
-head_cpus: 8
-head_memory: 64Gi
-# node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
-# pod_security: restricted  # non-root run_as_user (default 1000), no privilege escalation, no capabilities,
-#                           # seccomp RuntimeDefault; default baseline (the Miles image runs as root)
-tolerations:
-  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
-
-# Shared storage, mounted at the same path on head and every worker.
-connection: miles-data      # Polyaxon connection (Polyaxon path)
-# volume_claim: miles-data  # PVC (KubeRay path; default: the connection name)
-mount_path: /mnt/miles
-models_dir: models
-datasets_dir: datasets
-runs_dir: runs
-
-# Miles inside the image.
-miles_root: /root/miles
-megatron_path: /root/Megatron-LM
-nccl_nvls_enable: "0"
-# env: {RAY_DEDUP_LOGS: "0"}
-# Credentials come from Kubernetes Secrets, never as values: ENV_NAME: secret-name/key
-# secret_env: {HF_TOKEN: hf-token/token, WANDB_API_KEY: wandb/api-key}
-"""
