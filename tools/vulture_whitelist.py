@@ -23,6 +23,9 @@ _.add_events
 {
     "_Page.size": "cli/common.py: a property of Rich's Console that Console's own code reads and sets (self.size)",
 }
+# io.RawIOBase's methods on adapters/kube/pull_pod.py ExecStream (io's own read/BufferedReader call them)
+_.readable
+_.readinto
 
 # -- Typer / click ----------------------------------------------------------------------------------------------
 # The verbs' command functions: cli/app.py VERBS names each by string ("plan" -> ("plan", "plan_cmd", ...)) and

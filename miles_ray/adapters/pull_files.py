@@ -6,6 +6,7 @@ resumes with the files already there."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -75,19 +76,21 @@ def writable_problem(directory: str) -> str | None:
     return None
 
 
-def copy_verified(source: str | bytes, directory: str, entry: ManifestEntry,
+def copy_verified(source: str | bytes | BinaryIO, directory: str, entry: ManifestEntry,
                   on_bytes: Callable[[int], None] | None = None) -> None:
-    """Copy ``source`` (a file's path, or the bytes of a file made here) to ``directory``/``entry.path``, verified
-    against ``entry`` (size and sha256) before it takes its name; a mismatch leaves nothing and raises."""
+    """Copy ``source`` (a file's path, the bytes of a file made here, or a stream read to its end: a member of the
+    tar a pull pod sends) to ``directory``/``entry.path``, verified against ``entry`` (size and sha256) before it
+    takes its name; a mismatch leaves nothing and raises."""
     dest = os.path.join(directory, *entry.path.split("/"))
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     part = dest + PART_SUFFIX
     h = hashlib.sha256()
     size = 0
-    reader: BinaryIO = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")
+    reader = (io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb") if isinstance(source, str)
+              else contextlib.nullcontext(source))  # a stream given is its owner's to close
     try:
-        with reader, open(part, "wb") as out:
-            for block in iter(lambda: reader.read(CHUNK), b""):
+        with reader as src, open(part, "wb") as out:
+            for block in iter(lambda: src.read(CHUNK), b""):
                 out.write(block)
                 h.update(block)
                 size += len(block)

@@ -61,8 +61,10 @@ def pull_cmd(
     unless --force. --evals writes DIR/evals.json (the eval metrics the run logged for each checkpoint, every
     attempt's). DIR/.miles-ray-pull.json records what was pulled, from where, and each file's sha256.
 
-    On the embedded (local) cluster the files are copied on this machine; on Kubernetes pulling a checkpoint is not
-    available yet (--evals is).
+    On the embedded (local) cluster the files are copied on this machine. On Kubernetes (KubeRay, and a Polyaxon-made
+    cluster whose checkpoints are on its claim) a short-lived pod mounts the run's claim read-only in the cluster's
+    pinned image, computes each file's size and sha256 there and streams the files as a tar; it is deleted at the
+    end, also on an error, Ctrl-C or kill (a pod left by kill -9 ends by itself once idle).
 
     Examples:
 

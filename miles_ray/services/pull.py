@@ -8,18 +8,23 @@ A checkpoint lands as Megatron keeps it, so DIR is a ``--load`` dir: ``DIR/iter_
 logged for each checkpoint (every attempt's logs; :func:`miles_ray.core.outputs.scores_of`). DIR also gets the
 pull's own manifest, ``DIR/.miles-ray-pull.json``.
 
-Where the files are read: a run on the embedded (local) cluster, from its checkpoint dir here (its workers share
-this filesystem). On Kubernetes the checkpoints are on the run's claim: not available
-yet (one line, exit 2); ``--evals`` works there (the logs come through the Jobs API or the saved copy).
+Where the files are read (:mod:`miles_ray.services.pull_sources`: two transports, one verify/resume path here): a
+run on the embedded (local) cluster, from its checkpoint dir here (its workers share this filesystem); a run on a
+Kubernetes cluster (KubeRay, or a Polyaxon-made RayCluster), through a short-lived pod that mounts the run's claim
+read-only in the cluster's pinned image: it computes each file's size and sha256 on the cluster's side, then streams
+the files DIR still needs as a tar; it is deleted at the end (also on an error, Ctrl-C or SIGTERM). ``--evals`` reads
+the logs (the Jobs API or the saved copy) on every cluster.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import os
-from typing import Any, Callable
+import time
+from typing import Any, Callable, Iterator
 
 from miles_ray.adapters import pull_files, state
 from miles_ray.core.errors import ConfigError, Interrupted, TransferFailed
@@ -29,7 +34,8 @@ from miles_ray.core.pull import (TRACKER, ManifestEntry, checked_manifest, choos
                                  conflict_line, copy_plan, needs_hash)
 from miles_ray.core.results import Result
 from miles_ray.services.outputs import checkpoints_here, outputs_and_scores
-from miles_ray.services.runs import run_logs, run_namespace
+from miles_ray.services.pull_sources import HereSource, Source, kube_head, kube_source
+from miles_ray.services.runs import run_logs
 
 EVALS_FILE = "evals.json"
 
@@ -59,6 +65,8 @@ class PullResult(Result):
     left: list[str]
     verified: bool
     manifest: str
+    seconds: float | None = None  # the whole pull
+    copy_seconds: float | None = None  # the copy of the files DIR needed (after the manifest)
 
 
 def _now() -> str:
@@ -66,13 +74,22 @@ def _now() -> str:
 
 
 def _not_here(record: dict[str, Any], root: str | None) -> ConfigError:
-    ns = run_namespace(record)
-    what = ("runs pull on Kubernetes is not available yet" if ns else
-            f"runs pull of a run on the head {record.get('address')} is not available yet")
-    where = f"on the run's claim in namespace {ns}" if ns else "on that cluster's storage"
-    return ConfigError(f"{what}: run {record['run']}'s checkpoints ({root or 'its checkpoint dir'}) are {where}, "
-                       "not on this machine; --evals works", hint="meanwhile copy them from a pod (or node) that "
-                                                                  "mounts that storage")
+    return ConfigError(f"runs pull of a run on the head {record.get('address')} is not available: run "
+                       f"{record['run']}'s checkpoints ({root or 'its checkpoint dir'}) are on that cluster's "
+                       "storage, not on this machine, and it is not a Kubernetes cluster miles-ray can start a pod "
+                       "on; --evals works", hint="copy them from a node that mounts that storage")
+
+
+@contextlib.contextmanager
+def _source(record: dict[str, Any], root: str, prefix: str, kube_context: str | None, kubeconfig: str | None,
+            progress: Progress) -> Iterator[Source]:
+    """Where the checkpoint's files are read: here, or through a pull pod on the run's Kubernetes cluster."""
+    if checkpoints_here(record):
+        yield HereSource(root, prefix)
+        return
+    with kube_source(record, root, prefix, kube_context=kube_context, kubeconfig=kubeconfig,
+                     progress=progress) as source:
+        yield source
 
 
 def _evals(run: str, kube_context: str | None, kubeconfig: str | None) -> tuple[bytes, str]:
@@ -99,38 +116,44 @@ def pull(run: str, to: str, *, iteration: int | None = None, best: str | None = 
     """Pull a checkpoint (or with ``evals`` the eval results) of ``run`` into ``to`` (see the module doc). Bad input
     is refused before anything is written: a DIR that cannot be written, no such or a partial checkpoint, a metric
     the run never logged, DIR with other content (without ``force``)."""
+    started = time.monotonic()
     record = state.load_record(run)
     if evals and (iteration is not None or best is not None):
         raise ConfigError("--evals pulls the eval results: give it without --iteration / --best")
-    if not evals and not checkpoints_here(record):
+    if not evals and not checkpoints_here(record) and kube_head(record) is None:
         raise _not_here(record, record.get("checkpoint_dir"))
     problem = pull_files.writable_problem(to)
     if problem:
         raise ConfigError(f"--to {to} cannot be written: {problem}")
-    sources: dict[str, str | bytes] = {}
     if evals:
         say(progress, f"reading the eval results of run {run} from its logs")
         data, source = _evals(run, kube_context, kubeconfig)
-        manifest = [_entry(EVALS_FILE, data)]
-        sources[EVALS_FILE] = data
-        chosen_it, why = None, "the eval metrics logged for each checkpoint"
-    else:
-        say(progress, f"listing the checkpoints of run {run}")
-        listed, scores = outputs_and_scores(run, kube_context, kubeconfig)
-        chosen = choose_checkpoint(run, listed.checkpoints, scores, iteration=iteration, best=best)
-        row = chosen.row
-        prefix = f"iter_{row.iteration:07d}"
-        say(progress, f"checkpoint {row.iteration} ({chosen.why}): computing the sha256 of its files in {row.path}")
+        return _copy(run, to, [_entry(EVALS_FILE, data)], {EVALS_FILE: data}, None, force, meter, on_bytes,
+                     progress, started, what="evals", iteration=None,
+                     why="the eval metrics logged for each checkpoint", source=source)
+    say(progress, f"listing the checkpoints of run {run}")
+    listed, scores = outputs_and_scores(run, kube_context, kubeconfig)
+    chosen = choose_checkpoint(run, listed.checkpoints, scores, iteration=iteration, best=best)
+    row = chosen.row
+    prefix = f"iter_{row.iteration:07d}"
+    with _source(record, row.path, prefix, kube_context, kubeconfig, progress) as files:
+        say(progress, f"checkpoint {row.iteration} ({chosen.why}): computing the sha256 of its files in {files.where}")
         try:
-            manifest = pull_files.source_manifest(row.path, prefix)
+            manifest = files.manifest()
         except OSError as e:
             raise TransferFailed(f"checkpoint {row.iteration} of run {run} cannot be read in {row.path}: {e}") from None
-        for e in manifest:
-            sources[e.path] = os.path.join(row.path, *e.path.split("/")[1:])
         tracker = str(row.iteration).encode()  # Megatron's tracker: DIR loads as --load DIR
-        manifest.append(_entry(TRACKER, tracker))
-        sources[TRACKER] = tracker
-        chosen_it, why, source = row.iteration, chosen.why, row.path
+        return _copy(run, to, [*manifest, _entry(TRACKER, tracker)], {TRACKER: tracker}, files, force, meter,
+                     on_bytes, progress, started, what="checkpoint", iteration=row.iteration, why=chosen.why,
+                     source=files.where)
+
+
+def _copy(run: str, to: str, manifest: list[ManifestEntry], made: dict[str, bytes], files: Source | None,
+          force: bool, meter: Meter, on_bytes: Callable[[int], None] | None, progress: Progress, started: float, *,
+          what: str, iteration: int | None, why: str, source: str) -> PullResult:
+    """The one verify/resume path of both transports: what DIR needs of ``manifest`` (``made``: files made here, by
+    path; the rest come from ``files``), DIR with other content refused without ``force``, each file copied
+    verified, the pull's manifest written last."""
     manifest = checked_manifest(manifest)
     sizes = pull_files.sizes_in(to)
     have = {p: (size, None) for p, size in sizes.items()}
@@ -145,29 +168,41 @@ def pull(run: str, to: str, *, iteration: int | None = None, best: str | None = 
         meter(total, len(plan.to_copy))
     say(progress, f"copying {len(plan.to_copy)} file(s), {total} bytes, to {to}" +
         (f" ({len(plan.skip)} already there, verified)" if plan.skip else ""))
-    done = 0
+    done: list[ManifestEntry] = []
     os.makedirs(to, exist_ok=True)
-    for e in plan.to_copy:
-        def kept() -> str:
-            return f"{done + len(plan.skip)} of {len(manifest)} file(s) are in {to}, verified"
+    remote = [e for e in plan.to_copy if e.path not in made]
+    copy_started = time.monotonic()
 
-        try:
-            pull_files.copy_verified(sources[e.path], to, e, on_bytes)
-        except KeyboardInterrupt:
-            raise Interrupted(f"pull of run {run} interrupted at {e.path}: {kept()}",
-                              hint="run the same command again: it copies only what is missing") from None
-        except OSError as err:
-            raise TransferFailed(f"pull of run {run} stopped at {e.path}: {err}; {kept()}",
-                                 hint="run the same command again: it copies only what is missing") from None
-        except TransferFailed as err:
-            raise TransferFailed(f"{err.message}; {kept()}", hint=err.hint) from None
-        done += 1
-    content = {"run": run, "what": "evals" if evals else "checkpoint", "iteration": chosen_it, "why": why,
-               "source": source, "pulled_at": _now(), "files": [e.to_json() for e in manifest]}
-    where = pull_files.write_manifest(to, content)
-    return PullResult(run=run, what=content["what"], iteration=chosen_it, why=why, source=source,
+    def kept() -> str:
+        return f"{len(done) + len(plan.skip)} of {len(manifest)} file(s) are in {to}, verified"
+
+    def where() -> str:
+        left = [e.path for e in plan.to_copy if e not in done]
+        return left[0] if left else "the end"
+
+    try:
+        if remote:
+            assert files is not None
+            files.copy(remote, to, on_bytes, done.append)
+        for e in plan.to_copy:
+            if e.path in made:
+                pull_files.copy_verified(made[e.path], to, e, on_bytes)
+                done.append(e)
+    except KeyboardInterrupt:
+        raise Interrupted(f"pull of run {run} interrupted at {where()}: {kept()}",
+                          hint="run the same command again: it copies only what is missing") from None
+    except OSError as err:
+        raise TransferFailed(f"pull of run {run} stopped at {where()}: {err}; {kept()}",
+                             hint="run the same command again: it copies only what is missing") from None
+    except TransferFailed as err:
+        raise TransferFailed(f"{err.message}; {kept()}", hint=err.hint) from None
+    copy_seconds = time.monotonic() - copy_started
+    content = {"run": run, "what": what, "iteration": iteration, "why": why, "source": source, "pulled_at": _now(),
+               "files": [e.to_json() for e in manifest]}
+    manifest_path = pull_files.write_manifest(to, content)
+    return PullResult(run=run, what=what, iteration=iteration, why=why, source=source,
                       to=os.path.abspath(to), files=len(manifest), bytes=sum(e.bytes for e in manifest),
                       copied_files=len(plan.to_copy), copied_bytes=total, skipped_files=len(plan.skip),
                       skipped_bytes=sum(e.bytes for e in plan.skip), overwritten=plan.differ, left=plan.extra,
-                      verified=True, manifest=where)
-
+                      verified=True, manifest=manifest_path, seconds=round(time.monotonic() - started, 3),
+                      copy_seconds=round(copy_seconds, 3))

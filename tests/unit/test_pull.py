@@ -348,14 +348,58 @@ def test_a_dir_with_other_content_needs_force(cli, world):
     assert code == 2 and "not part of it" in err
 
 
-def test_a_kubernetes_run_is_one_clear_line(cli, world):
-    state.create_record({"run": "onk8s", "address": "k8s://ml/miles", "backend": "kuberay", "created": CREATED,
-                         "submission_id": "s", "output_dir": "/mnt/miles/runs/onk8s",
-                         "checkpoint_dir": "/mnt/miles/runs/onk8s/checkpoints", "checkpoint_dirs_from": "job"})
+def test_a_kubernetes_run_whose_cluster_cannot_be_read_is_one_line_and_no_pod(cli, world):
+    """A Kubernetes run is pulled through a pod on its cluster (tests/realpods/test_outputs_pull.py); here its
+    kubeconfig does not exist: one line, exit 2, nothing written."""
+    state.create_record({"run": "onk8s", "cluster": "miles", "address": "k8s://ml/miles", "backend": "kuberay",
+                         "created": CREATED, "submission_id": "s", "output_dir": "/mnt/miles/runs/onk8s",
+                         "checkpoint_dir": "/mnt/miles/runs/onk8s/checkpoints", "checkpoint_dirs_from": "job",
+                         "kubeconfig": str(world / "no-kubeconfig")})
     code, out, err = cli("runs", "pull", "onk8s", "--to", str(world / "home"))
-    assert code == 2 and one_error(err).startswith("error: runs pull on Kubernetes is not available yet: ")
-    assert "namespace ml" in err
+    assert code == 2 and "no-kubeconfig does not exist" in one_error(err), err
     assert not (world / "home").exists()
+
+
+def _raycluster(world: Path, **over):
+    from miles_ray.core.builders import build_raycluster
+    from miles_ray.core.planner import plan_split
+    from miles_ray.core.recipes import BUILTIN
+
+    cfg = load_config({"name": "c1", "namespace": "ml", "recipe": "Qwen3-4B", "nodes": 1, **over}, environ={})
+    recipe = BUILTIN["Qwen3-4B"]
+    return cfg, build_raycluster(cfg, plan_split(recipe, 1, 8), "reg/miles@sha256:" + "a" * 64, "2.60.0")
+
+
+def test_the_pull_pod_mounts_the_clusters_claim_read_only_in_its_image(world):
+    from miles_ray.core.pull_pod import POD_SCRIPT, pull_pod, run_selector
+
+    cfg, rc = _raycluster(world, pod_security="restricted")
+    pod = pull_pod(rc, f"{cfg.mount_path}/runs/r1/checkpoints/iter_0000005", "miles-ray-pull-r1-00001", "r1")
+    head = rc["spec"]["headGroupSpec"]["template"]["spec"]
+    [c] = pod["spec"]["containers"]
+    assert c["image"] == head["containers"][0]["image"] and c["command"][:3] == ["python3", "-c", POD_SCRIPT]
+    claim = next(m for m in c["volumeMounts"] if m["name"] == cfg.claim)
+    assert claim == {"name": cfg.claim, "mountPath": cfg.mount_path, "readOnly": True}
+    assert {"name": cfg.claim, "persistentVolumeClaim": {"claimName": cfg.claim}} in pod["spec"]["volumes"]
+    assert c["securityContext"] == head["containers"][0]["securityContext"]  # restricted: admitted there too
+    assert pod["spec"]["securityContext"] == head["securityContext"]
+    assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["automountServiceAccountToken"] is False
+    assert "cpu" not in c["resources"]["limits"]  # sha256 and tar are CPU bound: not throttled
+    assert pod["metadata"]["namespace"] == "ml"
+    labels = pod["metadata"]["labels"]
+    assert all(f"{k}={labels[k]}" in run_selector("r1").split(",") for k in ("app.kubernetes.io/name", "miles-ray/run"))
+    with pytest.raises(ConfigError, match="is on no volume of RayCluster ml/c1's pods"):
+        pull_pod(rc, "/tmp/ckpt/iter_0000005", "p", "r1")
+
+
+def test_tar_batches_keep_the_order_and_the_budget():
+    from miles_ray.core.pull_pod import tar_batches
+
+    paths = [f"d/{i:04d}.distcp" for i in range(100)]
+    batches = tar_batches(paths, budget=200)
+    assert [p for b in batches for p in b] == paths
+    assert all(sum(len(p) + 1 for p in b) <= 200 for b in batches) and len(batches) > 1
+    assert tar_batches([]) == []
 
 
 def test_compare_shows_each_runs_newest_and_best_checkpoint(cli, world):
@@ -418,3 +462,61 @@ def test_whose_checkpoints_are_on_this_machine(tmp_path, monkeypatch, address, m
     monkeypatch.setattr(outputs, "checkpoint_root", lambda record: str(ckpt))
     assert outputs.checkpoints_here({"run": "r", "backend": "address", "address": address}) is here
     assert outputs.checkpoints_here({"run": "r", "backend": "local", "address": address}) is True
+
+
+class _ProcessPod:
+    """STAND-IN for the pull pod (no Kubernetes in the unit tier): its own program (POD_SCRIPT) run here as a
+    process, its stdout read as the exec stream is."""
+
+    def __init__(self) -> None:
+        self.tars: list[list[str]] = []
+
+    def _run(self, *args: str):
+        import subprocess
+        import sys
+
+        from miles_ray.core.pull_pod import POD_SCRIPT
+
+        return subprocess.Popen([sys.executable, "-c", POD_SCRIPT, *args], stdout=subprocess.PIPE)
+
+    def manifest(self, root: str) -> list[dict]:
+        proc = self._run("manifest", root)
+        lines = proc.communicate()[0].decode().splitlines()
+        assert lines[-1] == f"MILES_RAY_PULL_END {len(lines) - 1}"
+        return [json.loads(line) for line in lines[:-1]]
+
+    def tar(self, root: str, paths: list[str]):
+        self.tars.append(paths)
+        return self._run("tar", root, *paths).stdout
+
+
+def test_the_pod_transport_verifies_each_tar_member_and_resumes(tmp_path, monkeypatch):
+    """The pod's program (its manifest: size + sha256 of each file; its tar of the files asked for, in order) read
+    by the Kubernetes transport through the one verify/resume path: byte for byte, only what DIR lacks is asked for,
+    and a file that changed after the manifest is not kept."""
+    from miles_ray.core import pull_pod
+    from miles_ray.services.pull_sources import PodSource
+
+    src = tmp_path / "iter_0000005"
+    (src / "sub").mkdir(parents=True)
+    for i in range(5):
+        (src / f"__{i}_0.distcp").write_bytes(os.urandom(70_000 * (i + 1)))
+    (src / "sub" / "rng.pt").write_bytes(b"")
+    pod = _ProcessPod()
+    source = PodSource(pod, str(src), "iter_0000005", "the pod")
+    manifest = sorted(source.manifest(), key=lambda e: e.path)
+    assert {e.path: e.sha256 for e in manifest} == {
+        f"iter_0000005/{p.relative_to(src)}": hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in src.rglob("*") if p.is_file()}
+    dest = tmp_path / "home"
+    done: list = []
+    monkeypatch.setattr(pull_pod, "ARGV_BUDGET", 30)  # 2 paths per tar exec
+    source.copy(manifest[:3], str(dest), None, done.append)
+    assert done == manifest[:3] and files_of(dest / "iter_0000005") == {
+        e.path.split("/", 1)[1]: (src / e.path.split("/", 1)[1]).read_bytes() for e in manifest[:3]}
+    (src / "__4_0.distcp").write_bytes(b"written again")  # after the manifest
+    with pytest.raises(Exception, match="changed while it was pulled"):
+        source.copy(manifest[3:], str(dest), None, done.append)
+    assert not (dest / "iter_0000005" / "__4_0.distcp").exists() and not list(dest.rglob(f"*{PART_SUFFIX}"))
+    assert len(pod.tars) >= 3  # 2 for the first 3 files (2 paths each at most), 1 at least for the rest
+    assert [p for batch in pod.tars for p in batch][:3] == [e.path.split("/", 1)[1] for e in manifest[:3]]
