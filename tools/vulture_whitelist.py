@@ -112,11 +112,8 @@ _.checkpoints_kept
 _.bytes_needed
 _.capacity_bytes
 # RunRecord: written to the run record's JSON by model_dump; what reads it back reads the saved dict by key.
-_.memory_check  # core/runs.py: set by submit --no-memory-check (the estimate was not enforced)
-_.schema_  # core/runs.py: "schema" (alias)
-_.image_digest  # core/runs.py: read back by key (core/metrics PROVENANCE, services/registry)
-_.recipe_spec  # core/runs.py: read back by key (core/metrics)
-_.checkpoint_dirs_from  # core/runs.py: provenance of checkpoint_dir/load_dir in the record
+_.memory_check  # core/records/run.py: set by submit --no-memory-check (the estimate was not enforced)
+_.schema_  # core/records/run.py: "schema" (alias)
 
 # -- Ray's SDK --------------------------------------------------------------------------------------------------
 _._raise_error  # adapters/ray_jobs.py: overrides JobSubmissionClient._raise_error, which the SDK calls on non-200
@@ -128,6 +125,7 @@ _.exec_command_multi_node
 _.wait_for_server_ready
 _.num_nodes  # the argument of Miles' exec_command_multi_node that the stand-in must accept
 _.made_by  # miles_ray/core/upstream_jobs.py: a field of the capture pydantic validates (the command that made it)
+_.pod_uid  # core/records/run.py Head: a field of the record's head, read and written as the record's JSON
 
 # -- Rich ----------------------------------------------------------------------------------------------------
 _.overflow  # cli/compare.py folded(): Rich reads Column.overflow when it renders the table
@@ -135,6 +133,7 @@ _.overflow  # cli/compare.py folded(): Rich reads Column.overflow when it render
 # -- pydantic hooks ---------------------------------------------------------------------------------------------
 _.model_post_init  # services/backends/results.py Ordered: pydantic calls it after validation
 _._recipes  # services/recipes.py RecipeCatalog: a @field_serializer, pydantic calls it when dumping
+_._as_given  # core/records/run.py Part: a @model_serializer, pydantic calls it when dumping a record's part
 
 # -- fields of the typed results (core/results.py Result) that no code of ours reads by name: to_json() (pydantic's
 # model_dump) writes every one into the -o json/-o yaml output users parse. The block is exactly the Result
@@ -178,7 +177,6 @@ _.scale_seconds
 _.seconds_start
 _.seconds_total
 _.seen_at
-_.serving_head
 _.skipped_bytes
 _.stopped_nodes
 _.stopped_uuid

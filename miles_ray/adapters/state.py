@@ -12,9 +12,11 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any, Iterator
 
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
+from miles_ray.core.records import RunRecord, as_record, read_record
 
 
 def state_dir() -> Path:
@@ -151,55 +153,100 @@ def record_path(run: str) -> Path:
     return runs_dir() / f"{run}.json"
 
 
-def save_record(record: dict[str, Any]) -> Path:
-    path = record_path(record["run"])
-    with locked(path):
-        atomic_write_json(path, record)
-    return path
+class RunStore:
+    """The run records of this machine (``runs/RUN.json`` in the state dir), typed: every record read is upgraded
+    from the shape it was written in (:mod:`miles_ray.core.records.upgrade`) and written back in today's, keys it
+    does not know kept."""
 
+    @staticmethod
+    def load(run: str) -> RunRecord:
+        data = read_json(record_path(run))
+        if data is None:
+            # not found: exit 1, like a cluster that is not found (the exit-code table in core/errors.py)
+            raise NotFound(f"no run named {run!r}", hint="'miles-ray runs' lists the runs this machine submitted")
+        return read_record(data)
 
-def create_record(record: dict[str, Any]) -> Path:
-    """Write a new record; refuse if the run name is taken (two runs never share a name or output dir)."""
-    path = record_path(record["run"])
-    with locked(path):
-        existing = read_json(path)
-        if existing is not None:
-            raise ConfigError(f"run {record['run']!r} already exists (output dir {existing.get('output_dir')})",
-                              hint="pick another --run name, or --resume-from it to continue its checkpoints")
-        for other in list_records():
-            if other.get("output_dir") == record["output_dir"]:
-                raise ConfigError(f"output dir {record['output_dir']} already belongs to run {other['run']!r}",
+    @staticmethod
+    def all() -> list[RunRecord]:
+        """Every run record, oldest first."""
+        d = runs_dir()
+        if not d.is_dir():
+            return []
+        out = []
+        for p in sorted(d.glob("*.json")):
+            data = read_json(p)
+            if isinstance(data, dict) and "run" in data:
+                out.append(read_record(data))
+        return sorted(out, key=lambda r: r.created or "")
+
+    @staticmethod
+    def by_output_dir(output_dir: str) -> RunRecord | None:
+        target = output_dir.rstrip("/")
+        return next((r for r in RunStore.all() if (r.output_dir or "").rstrip("/") == target), None)
+
+    @staticmethod
+    def save(record: RunRecord | Mapping[str, Any]) -> Path:
+        """Write ``record`` whole (replacing what is there: :meth:`update` to change a record another process may
+        write too)."""
+        rec = as_record(record)
+        path = record_path(rec.run)
+        with locked(path):
+            atomic_write_json(path, rec.dump() if isinstance(record, RunRecord) else dict(record))
+        return path
+
+    @staticmethod
+    def create(record: RunRecord | Mapping[str, Any]) -> Path:
+        """Write a new record; refuse if the run name is taken (two runs never share a name or output dir)."""
+        rec = as_record(record)
+        path = record_path(rec.run)
+        with locked(path):
+            existing = read_json(path)
+            if existing is not None:
+                raise ConfigError(f"run {rec.run!r} already exists (output dir {as_record(existing).output_dir})",
+                                  hint="pick another --run name, or --resume-from it to continue its checkpoints")
+            other = RunStore.by_output_dir(rec.output_dir)
+            if other is not None:
+                raise ConfigError(f"output dir {rec.output_dir} already belongs to run {other.run!r}",
                                   hint="two runs never share an output dir; use --resume-from to continue it")
-        atomic_write_json(path, record)
-    return path
+            atomic_write_json(path, rec.dump() if isinstance(record, RunRecord) else dict(record))
+        return path
+
+    @staticmethod
+    def update(run: str, change: Callable[[RunRecord], RunRecord | None]) -> RunRecord:
+        """Read run ``run``'s record, ``change`` it (in place, or return the new one) and write it, the file lock
+        held throughout: two processes changing one record never lose each other's change."""
+        path = record_path(run)
+        with locked(path):
+            data = read_json(path)
+            if data is None:
+                raise NotFound(f"no run named {run!r}", hint="'miles-ray runs' lists the runs this machine submitted")
+            record = read_record(data)
+            record = change(record) or record
+            atomic_write_json(path, record.dump())
+        return record
+
+
+def save_record(record: RunRecord | Mapping[str, Any]) -> Path:
+    return RunStore.save(record)
+
+
+def create_record(record: RunRecord | Mapping[str, Any]) -> Path:
+    return RunStore.create(record)
 
 
 def load_record(run: str) -> dict[str, Any]:
-    data = read_json(record_path(run))
-    if data is None:
-        # not found: exit 1, like a cluster that is not found (the exit-code table in core/errors.py)
-        raise NotFound(f"no run named {run!r}", hint="'miles-ray runs' lists the runs this machine submitted")
-    return data
+    """The record of ``run`` as written today (upgraded), as a dict: for readers not typed yet (:class:`RunStore`
+    gives the typed record)."""
+    return RunStore.load(run).dump()
 
 
 def find_record_by_output_dir(output_dir: str) -> dict[str, Any] | None:
-    target = output_dir.rstrip("/")
-    for rec in list_records():
-        if str(rec.get("output_dir", "")).rstrip("/") == target:
-            return rec
-    return None
+    found = RunStore.by_output_dir(output_dir)
+    return found.dump() if found is not None else None
 
 
 def list_records() -> list[dict[str, Any]]:
-    d = runs_dir()
-    if not d.is_dir():
-        return []
-    out = []
-    for p in sorted(d.glob("*.json")):
-        data = read_json(p)
-        if isinstance(data, dict) and "run" in data:
-            out.append(data)
-    return sorted(out, key=lambda r: r.get("created", ""))
+    return [r.dump() for r in RunStore.all()]
 
 
 # -- saved copies of a run's job (they outlive the cluster) --------------------------------------

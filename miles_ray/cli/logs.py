@@ -39,8 +39,7 @@ def logs_cmd(
     status, logs) once the logs end.
     """
     name = pick_run(run, target.namespace)
-    reach = target.reach()
-    text, state = read_logs(name, follow, output, reach["kube_context"], reach["kubeconfig"])
+    text, state = read_logs(name, follow, output, **target.reach())
     if output is not Output.table:
         emit(RunLogs(run=name, status=state, logs=text), output, lambda: None)
     if follow:

@@ -9,6 +9,7 @@ import typer
 
 from miles_ray.cli.common import Col, TableOutput, TableOutputOpt, emit, fit_table, out, print_table, table_output
 from miles_ray.cli.options import RunFlags, run_options
+from miles_ray.core.records import as_record
 from miles_ray.services.runs import list_runs
 
 
@@ -37,13 +38,12 @@ def runs_cmd(
                       "('miles-ray up --backend local --nodes 2'); 'miles-ray submit --help' for a real run")
             return
         rows = []
-        for r in records:
-            split = r.get("split", {})
-            attempts = r.get("attempts") or []
-            rows.append([r["run"], r.get("status", "-"), str(len(attempts)) if attempts else "-",
-                         r["recipe"],
-                         f"{split.get('nodes')}x{split.get('gpus_per_node')} {split.get('layout')}", r["mode"],
-                         r["cluster"], r["created"], r["output_dir"]])
+        for row in records:
+            r = as_record(row)
+            split = r.split or {}
+            rows.append([r.run, row.get("status", "-"), str(len(r.attempts)) if r.attempts else "-", r.recipe,
+                         f"{split.get('nodes')}x{split.get('gpus_per_node')} {split.get('layout')}", r.mode,
+                         r.cluster, r.created, r.output_dir])
         # the run name is never cut ('logs RUN' needs it whole); at narrow widths the output dir, creation time,
         # mode and split go first
         print_table(fit_table([Col("run", key=True), Col("status", keep=9), Col("attempts", keep=8),

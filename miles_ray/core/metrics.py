@@ -195,6 +195,8 @@ def _fmt_data(data: dict[str, str]) -> str:
 # the comparison
 # ------------------------------------------------------------------------------------------------
 
+# the run record's provenance fields in their order (RunRecord.fields_for("provenance"): this module ships with the
+# supervisor and imports nothing of miles_ray; tests/unit/test_run_records.py holds the two the same)
 PROVENANCE = ("recipe", "recipe_hash", "image", "image_digest", "miles_commit", "model_revision",
               "dataset_revision", "ray_version", "output_dir", "resumed_from", "mode", "cluster",
               "polyaxon_run_uuid", "created")

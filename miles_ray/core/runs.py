@@ -1,85 +1,23 @@
-"""Run records: the provenance kept with every submitted run, and the resume rules. Pure."""
+"""Run records: the resume rules, a run's head and attempts, and what the run verbs return (the record itself is
+:mod:`miles_ray.core.records`). Pure."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from miles_ray.core.entrypoint import checkpoint_dirs
 from miles_ray.core.errors import ConfigError
+from miles_ray.core.records import Attempt as RecordedAttempt
+from miles_ray.core.records import RunRecord, as_record, split_key
+# the record's own names, importable from here as before (miles_ray.core.records is where they live)
+from miles_ray.core.records import RECORDED_ON_CREATION, SCHEMA, CheckpointSource  # noqa: F401
+from miles_ray.core.records.upgrade import checkpoints_before_v2
 from miles_ray.core.results import Result
 from miles_ray.core.train_progress import TrainingProgress
-
-SCHEMA = "miles-ray/run-record/v1"
-# Where a record's checkpoint dirs come from: the job's own train.py command line (direct mode); the one direct mode
-# would run (a rehearsal writes nothing); the catalog's capture of the upstream launcher (launcher mode: the
-# launcher decides); nothing known (launcher mode, a recipe without captured flags).
-CheckpointSource = Literal["job", "rehearsed-job", "launcher-capture", "unknown"]
-
-
-class RunRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    schema_: str = Field(SCHEMA, alias="schema")
-    run: str
-    cluster: str
-    backend: Literal["local", "kuberay", "address"]
-    address: str
-    submission_id: str
-    mode: Literal["direct", "launcher", "rehearse"]
-    created: str
-    image: str | None
-    image_digest: str | None
-    ray_version: str | None
-    miles_commit: str | None = None  # the image's (read by the probe in direct mode, else --miles-commit)
-    miles_version: dict[str, Any] | None = None  # direct mode: catalog vs image commit (miles_ray.core.miles_version)
-    model_revision: str | None = None
-    dataset_revision: str | None = None
-    recipe: str
-    recipe_hash: str
-    recipe_spec: dict[str, Any]
-    split: dict[str, Any]
-    output_dir: str
-    resumed_from: str | None = None
-    entrypoint: str
-    # where the job saves checkpoints (train.py --save) and loads them from (--load), as known per
-    # checkpoint_dirs_from; a record without checkpoint_dirs_from predates them (<output_dir>/checkpoints assumed)
-    checkpoint_dir: str | None = None
-    load_dir: str | None = None
-    checkpoint_dirs_from: CheckpointSource | None = None
-    kube_context: str | None = None  # how a k8s:// address was reached when the run was submitted
-    kubeconfig: str | None = None
-    polyaxon_run_uuid: str | None = None  # --mode launcher on Kubernetes: the Polyaxon job running the launcher
-    polyaxon_owner: str | None = None
-    polyaxon_project: str | None = None
-    # the Polyaxon API host the job was created on (status/logs/stop reach it there again); kept in the record of
-    # a launcher job only (the prepared record leaves it out: see RECORDED_ON_CREATION)
-    polyaxon_host: str | None = None
-    # a run with a non-managed Polyaxon run of its own (a Ray job on a Polyaxon-made cluster, kept current by its
-    # supervisor: miles_ray.services.runs.polyaxon_tracked), that run being polyaxon_run_uuid on polyaxon_host; set
-    # when the job is created (the prepared record leaves it out: see RECORDED_ON_CREATION)
-    polyaxon_tracked: bool | None = None
-    # the head the current attempt's job started on (see head_identity) and the run's attempts, oldest first (see
-    # new_attempt): kept in the record of a created job only
-    head: dict[str, Any] | None = None
-    attempts: list[dict[str, Any]] | None = None
-    # a supervised run (submit --max-restarts N > 0): ``kind`` (local | kubernetes), ``max_restarts``;
-    # once started ``where`` (the handle's, see miles_ray.services.runs.supervised) and ``started``; ``stopped_at``
-    supervisor: dict[str, Any] | None = None
-    # set only when submit ran with --no-memory-check: the memory estimate was not enforced
-    memory_check: str | None = None
-
-    def split_key(self) -> dict[str, Any]:
-        return split_key(self.split)
-
-
-# fields a prepared record (dry runs print it) leaves out: set when the job is created
-RECORDED_ON_CREATION = frozenset({"polyaxon_host", "polyaxon_tracked", "head", "attempts"})
 
 ENDED = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
@@ -125,14 +63,8 @@ def lost_attempt(record: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def mark_lost(record: Mapping[str, Any], at: str, why: str, now: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The record with its current attempt ended FAILED: its job was lost with the head it ran on (at ``at``,
-    when that was found; ``now``: the head serving then, if any)."""
-    attempts = [dict(a) for a in record.get("attempts") or []] or [
-        {"attempt": 1, "submission_id": record["submission_id"], "started": record.get("created"),
-         "head": record.get("head")}]
-    attempts[-1].update(ended=at, status="FAILED", reason=f"head lost at {at}: {why}", lost=True,
-                        serving_head=dict(now) if now else None)
-    return {**record, "attempts": attempts}
+    """The record (as written) with its current attempt ended FAILED: see :meth:`RunRecord.mark_lost`."""
+    return as_record(record).mark_lost(at, why, dict(now) if now else None).dump()
 
 
 def new_attempt(previous: Mapping[str, Any] | None, submission_id: str, started: str, head: Mapping[str, Any],
@@ -147,13 +79,6 @@ def new_attempt(previous: Mapping[str, Any] | None, submission_id: str, started:
 def attempt_submission_id(base: str, attempt: int) -> str:
     """The Ray submission id of a run's attempt: the run's own for the first, ``<it>-a<N>`` for attempt N."""
     return base if attempt <= 1 else f"{base}-a{attempt}"
-
-
-def split_key(split: dict[str, Any]) -> dict[str, Any]:
-    """What must match for a checkpoint to be reused: the parallel layout Miles saved with."""
-    keys = ("layout", "nodes", "gpus_per_node", "actor_num_nodes", "trainer_gpus", "rollout_num_gpus",
-            "rollout_num_gpus_per_engine")
-    return {k: split.get(k) for k in keys}
 
 
 def resume_differences(previous: RunRecord, recipe_hash: str, split: dict[str, Any]) -> list[str]:
@@ -181,38 +106,30 @@ class Checkpoints:
     note: str
 
 
-def run_checkpoints(record: Mapping[str, Any]) -> Checkpoints:
+def run_checkpoints(record: RunRecord | Mapping[str, Any]) -> Checkpoints:
     """Where the run of ``record`` saves and loads checkpoints (see :class:`Checkpoints`)."""
-    source = record.get("checkpoint_dirs_from")
-    save, load = record.get("checkpoint_dir"), record.get("load_dir")
-    if source is None:
-        argv = _split(record.get("entrypoint")) if record.get("mode") == "direct" else []
-        save, load = checkpoint_dirs(argv)
-        if save:  # a direct-mode job says it itself
-            return Checkpoints(save, load, "entrypoint", "recorded before miles-ray kept checkpoint dirs: --save "
-                                                         f"{save} read from its train.py command line")
-        legacy = f"{str(record['output_dir']).rstrip('/')}/checkpoints"
-        return Checkpoints(legacy, legacy, "assumed", "recorded before miles-ray kept checkpoint dirs: "
-                                                      "<output_dir>/checkpoints assumed")
+    rec = as_record(record)  # a record written before v2 gets them from the upgrade
+    if rec.checkpoint_dirs_from is None:  # one of today's schema without them (made by hand): as the upgrade says
+        rec = as_record({**rec.dump(), **checkpoints_before_v2(rec.dump())})
+    source, save, load, recipe = rec.checkpoint_dirs_from, rec.checkpoint_dir, rec.load_dir, rec.recipe
+    if source == "entrypoint":  # a direct-mode job says it itself
+        return Checkpoints(save, load, "entrypoint", "recorded before miles-ray kept checkpoint dirs: --save "
+                                                     f"{save} read from its train.py command line")
+    if source == "assumed":
+        return Checkpoints(save, load, "assumed", "recorded before miles-ray kept checkpoint dirs: "
+                                                  "<output_dir>/checkpoints assumed")
     if source == "unknown":
         note = ("the upstream launcher decides, and recipe "
-                f"{record.get('recipe')} has no captured flags: miles-ray does not know where it saves")
+                f"{recipe} has no captured flags: miles-ray does not know where it saves")
     elif source == "launcher-capture":
-        note = (f"the upstream launcher decides; its captured job for recipe {record.get('recipe')} saves to "
+        note = (f"the upstream launcher decides; its captured job for recipe {recipe} saves to "
                 f"{save}" if save else f"the upstream launcher decides; its captured job for recipe "
-                f"{record.get('recipe')} passes no --save (Miles writes no checkpoints)")
+                f"{recipe} passes no --save (Miles writes no checkpoints)")
     else:
         what = "its train.py command line" if source == "job" else \
             "the train.py command line direct mode would run (a rehearsal writes no checkpoints)"
         note = f"--save {save} in {what}" if save else f"{what} passes no --save: Miles writes no checkpoints"
     return Checkpoints(save, load, source, note)
-
-
-def _split(command: str | None) -> list[str]:
-    try:
-        return shlex.split(command or "")
-    except ValueError:
-        return []
 
 
 @dataclass(frozen=True)
@@ -225,15 +142,16 @@ class ResumeTarget:
     run: str | None = None  # the run resumed from (None: an output dir no record names)
 
 
-def resume_target(record: Mapping[str, Any]) -> ResumeTarget:
+def resume_target(record: RunRecord | Mapping[str, Any]) -> ResumeTarget:
     """Resuming the run of ``record``: its output dir and the dir it saved checkpoints to. Bad input (exit 2) when
     the record knows of no checkpoints it saved."""
-    ck = run_checkpoints(record)
+    rec = as_record(record)
+    ck = run_checkpoints(rec)
     if not ck.save:
-        raise ConfigError(f"run {record['run']} has no checkpoint dir to resume from: {ck.note}",
+        raise ConfigError(f"run {rec.run} has no checkpoint dir to resume from: {ck.note}",
                           hint="resume from a run whose job saves checkpoints (its recipe passes --save, or "
                                "--extra-args gave one)")
-    return ResumeTarget(output_dir=str(record["output_dir"]), checkpoint_dir=ck.save, run=str(record["run"]))
+    return ResumeTarget(output_dir=str(rec.output_dir), checkpoint_dir=ck.save, run=str(rec.run))
 
 
 def run_id_of(output_dir: str) -> str:
@@ -303,23 +221,30 @@ class RunStatus(Result):
     progress: TrainingProgress | None = None
 
     @classmethod
-    def of_job(cls, record: Mapping[str, Any], info: JobInfo) -> "RunStatus":
+    def of_job(cls, record: RunRecord | Mapping[str, Any], info: JobInfo) -> "RunStatus":
         """A Ray job's status: the job info between the record's identity and its facts."""
+        record = as_record(record)
         job = info.model_dump(exclude_unset=True, exclude={"runtime_env", "submission_id", "driver_node_id"})
         if info.saved_copy is not None:
             job["saved_copy"] = info.saved_copy
-        return cls(run=record["run"], submission_id=record["submission_id"], address=record["address"], **job,
-                   output_dir=record["output_dir"], recipe=record["recipe"], mode=record["mode"])
+        return cls(run=record.run, submission_id=record.submission_id, address=record.address, **job,
+                   output_dir=record.output_dir, recipe=record.recipe, mode=record.mode)
 
     @classmethod
-    def of_lost(cls, record: Mapping[str, Any], attempt: Mapping[str, Any]) -> "RunStatus":
-        """A job lost with its head (``attempt``: the record's attempt :func:`mark_lost` ended): FAILED, why."""
-        return cls(run=record["run"], submission_id=attempt.get("submission_id") or record["submission_id"],
-                   address=record["address"], status="FAILED", message=attempt.get("reason"),
-                   output_dir=record["output_dir"], recipe=record["recipe"], mode=record["mode"],
-                   head_lost=HeadLost(attempt=attempt.get("attempt") or 1, at=attempt.get("ended") or "",
-                                      reason=attempt.get("reason") or "", head=attempt.get("head"),
-                                      serving_head=attempt.get("serving_head")))
+    def of_lost(cls, record: RunRecord | Mapping[str, Any],
+                attempt: RecordedAttempt | Mapping[str, Any]) -> "RunStatus":
+        """A job lost with its head (``attempt``: the record's attempt :meth:`RunRecord.mark_lost` ended):
+        FAILED, why."""
+        record = as_record(record)
+        attempt = RecordedAttempt.model_validate(attempt)
+        return cls(run=record.run, submission_id=attempt.submission_id or record.submission_id,
+                   address=record.address, status="FAILED", message=attempt.reason,
+                   output_dir=record.output_dir, recipe=record.recipe, mode=record.mode,
+                   head_lost=HeadLost(attempt=attempt.attempt or 1, at=attempt.ended or "",
+                                      reason=attempt.reason or "",
+                                      head=attempt.head.model_dump() if attempt.head is not None else None,
+                                      serving_head=attempt.serving_head.model_dump()
+                                      if attempt.serving_head is not None else None))
 
 
 class HeadLost(Result):

@@ -12,6 +12,7 @@ from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.errors import ClusterError, ConfigError, MilesRayError
 from miles_ray.core.metrics import compare_runs, parse_metrics
 from miles_ray.core.outputs import CheckpointSummary, checkpoint_summary, scores_of
+from miles_ray.core.records import RunRecord, as_record
 from miles_ray.core.results import Result
 from miles_ray.services.runs import run_logs
 
@@ -99,21 +100,27 @@ class RunMetrics(Result):
     text: str = ""
 
 
-def run_metrics(record: dict[str, Any], kube_context: str | None = None,
+def run_metrics(run_record: RunRecord | dict[str, Any], kube_context: str | None = None,
                 kubeconfig: str | None = None) -> RunMetrics:
     """The metrics parsed from the run's job log, or why there are none."""
-    if record.get("mode") == "rehearse":
+    record = as_record(run_record)
+    if record.mode == "rehearse":
         return RunMetrics(why_not="a rehearsal run (no training, no metrics)")
-    if record.get("mode") == "launcher":
+    if record.mode == "launcher":
         return RunMetrics(why_not="a launcher-mode run: the upstream launcher submits its own Ray job, which miles-ray "
                                   "does not track")
     try:
-        with open_head(record["address"], kube_context=kube_context or record.get("kube_context"),
-                       kubeconfig=kubeconfig or record.get("kubeconfig")) as url:
-            text = ray_jobs.logs(url, record["submission_id"])
+        with open_head(record.address, kube_context=kube_context or record.kube_context,
+                       kubeconfig=kubeconfig or record.kubeconfig) as url:
+            text = ray_jobs.logs(url, record.submission_id)
     except ClusterError as e:
         return RunMetrics(why_not=f"no job log ({e.message})")
     return RunMetrics(parsed=parse_metrics(text or ""), text=text or "")
+
+
+def _keep_best(rec: RunRecord) -> str | None:
+    """The metric a supervised run keeps its best checkpoints by (its retention), if any."""
+    return rec.supervisor.keep_best if rec.supervisor else None
 
 
 def _saved_logs(run: str, kube_context: str | None, kubeconfig: str | None) -> str:
@@ -129,12 +136,13 @@ def compare(run_a: str, run_b: str, kube_context: str | None = None, kubeconfig:
     override what the records kept)."""
     if run_a == run_b:
         raise ConfigError(f"compare needs two different runs (got {run_a!r} twice)")
-    rec_a, rec_b = state.load_record(run_a), state.load_record(run_b)
+    rec_a, rec_b = state.RunStore.load(run_a), state.RunStore.load(run_b)
     logs_a, logs_b = run_metrics(rec_a, kube_context, kubeconfig), run_metrics(rec_b, kube_context, kubeconfig)
     errors = {r: m.why_not for r, m in ((run_a, logs_a), (run_b, logs_b)) if m.why_not}
-    checkpoints = {side: checkpoint_summary(rec["run"], checkpoint_files.last_seen(rec["run"]),
-                                            scores_of(m.text or _saved_logs(rec["run"], kube_context, kubeconfig)),
-                                            (rec.get("supervisor") or {}).get("keep_best"))
+    checkpoints = {side: checkpoint_summary(rec.run, checkpoint_files.last_seen(rec.run),
+                                            scores_of(m.text or _saved_logs(rec.run, kube_context, kubeconfig)),
+                                            _keep_best(rec))
                    for side, rec, m in (("a", rec_a, logs_a), ("b", rec_b, logs_b))}
-    return CompareResult.model_validate({**compare_runs(rec_a, rec_b, logs_a.parsed, logs_b.parsed, errors),
+    return CompareResult.model_validate({**compare_runs(rec_a.dump(), rec_b.dump(), logs_a.parsed, logs_b.parsed,
+                                                        errors),
                                          "checkpoints": checkpoints})

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from miles_ray.adapters import checkpoint_files, state
 from miles_ray.core.errors import ClusterError, ConfigError, MilesRayError
 from miles_ray.core.outputs import CheckpointRow, checkpoint_rows, scores_of
+from miles_ray.core.records import RunRecord, as_record
 from miles_ray.core.results import Result
 from miles_ray.core.supervision import LIVE, CheckpointScores, Retention, SpecError, final_status, fold_attempts
 from miles_ray.services import saved_runs
@@ -51,29 +52,30 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def checkpoints_here(record: dict[str, Any]) -> bool:
+def checkpoints_here(record: RunRecord | dict[str, Any]) -> bool:
     """The run's checkpoint dir is on this machine's filesystem: a run of the local backend (its workers share it),
     or one given a head by an http address on this machine's loopback (the embedded cluster, `--address
     http://127.0.0.1:PORT`) whose checkpoint dir is here (a remote head reached through a hand-made port-forward
     keeps its checkpoints on its own storage: its dir is not here)."""
-    if record.get("backend") == "local":
+    rec = as_record(record)
+    if rec.backend == "local":
         return True
-    address = urlsplit(str(record.get("address") or ""))
-    if record.get("backend") != "address" or address.scheme not in ("http", "https"):
+    address = urlsplit(str(rec.address or ""))
+    if rec.backend != "address" or address.scheme not in ("http", "https"):
         return False
     try:
         loopback = address.hostname == "localhost" or ipaddress.ip_address(address.hostname or "").is_loopback
     except ValueError:
         return False
     try:
-        return loopback and Path(checkpoint_root(record)).is_dir()
+        return loopback and Path(checkpoint_root(rec.dump())).is_dir()
     except ConfigError:
         return False  # it saves no checkpoints miles-ray knows of: the callers say so
 
 
 def _listing(record: dict[str, Any], kube_context: str | None, kubeconfig: str | None) -> tuple[dict[str, Any], Seen]:
     """The checkpoint dir now (kept in the saved copy), or as last seen when the cluster cannot be reached."""
-    run = record["run"]
+    run = as_record(record).run
     try:
         if checkpoints_here(record):
             listing = list_checkpoints_local(checkpoint_root(record), [])
@@ -92,16 +94,16 @@ def _listing(record: dict[str, Any], kube_context: str | None, kubeconfig: str |
     return data, Seen(live=True, at=at, where=listing.where)
 
 
-def _events(record: dict[str, Any]) -> list[dict[str, Any]]:
+def _events(record: RunRecord) -> list[dict[str, Any]]:
     """A supervised run's supervisor events (its own, else the copy kept with the run's)."""
-    if not record.get("supervisor"):
+    if not record.supervisor:
         return []
     try:
         events = handle_for(record).events()
     except (ClusterError, ConfigError):
         events = []
     if not events:
-        saved = state.read_json(state.saved_dir(record["run"]) / saved_runs.SAVED_EVENTS)
+        saved = state.read_json(state.saved_dir(record.run) / saved_runs.SAVED_EVENTS)
         events = saved if isinstance(saved, list) else []
     return events
 
@@ -114,17 +116,19 @@ def outputs(run: str, kube_context: str | None = None, kubeconfig: str | None = 
 def outputs_and_scores(run: str, kube_context: str | None = None,
                        kubeconfig: str | None = None) -> tuple[OutputsResult, CheckpointScores]:
     """:func:`outputs`, and the metrics logged for each checkpoint (every metric, not only the evals)."""
-    record = state.load_record(run)
+    typed = state.RunStore.load(run)
+    record = typed.dump()
     root = checkpoint_root(record)
     listing, seen = _listing(record, kube_context, kubeconfig)
-    events = _events(record)
-    if record.get("supervisor"):
-        attempts = fold_attempts(events) or list(record.get("attempts") or [])
-        live = seen.live and final_status(events) is None and not record["supervisor"].get("stopped_at") and \
+    events = _events(typed)
+    recorded = [a.model_dump(mode="json") for a in typed.attempts or []]
+    if typed.supervisor:
+        attempts = fold_attempts(events) or recorded
+        live = seen.live and final_status(events) is None and not typed.supervisor.stopped_at and \
             bool(attempts) and attempts[-1].get("ended") is None
     else:
-        attempts = list(record.get("attempts") or [])
-        live = seen.live and live_status(record, kube_context, kubeconfig) in LIVE
+        attempts = recorded
+        live = seen.live and live_status(typed, kube_context, kubeconfig) in LIVE
     chunks: list[str] = []
     note = None
     try:
@@ -133,7 +137,7 @@ def outputs_and_scores(run: str, kube_context: str | None = None,
     except MilesRayError as e:
         note = f"metrics from part of the logs only: {e.message.splitlines()[0]}" if chunks else \
             f"no metrics: the run's logs could not be read ({e.message.splitlines()[0]})"
-    sup = record.get("supervisor") or {}
+    sup = typed.supervisor.model_dump(mode="json") if typed.supervisor else {}
     try:
         policy = Retention.of(sup.get("keep_checkpoints"), sup.get("keep_best"))
     except SpecError:

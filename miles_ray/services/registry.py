@@ -37,15 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from miles_ray.adapters import checkpoint_files, state
-from miles_ray.adapters.polyaxon_api import ModelRegistry, PolyaxonApi
+from miles_ray.adapters.polyaxon_api import ModelRegistry
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import flag_value
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.probes import checkpoint_list_probe
 from miles_ray.core.progress import Progress
+from miles_ray.core.records import PolyaxonRef, RunRecord, split_key
 from miles_ray.core.results import Result
 from miles_ray.core.runs import run_checkpoints
+from miles_ray.services import polyaxon_where
 from miles_ray.services.probes import payload_python, probe_token, run_probe
 
 NOT_A_GATE = ("registration records a selection; it is not a quality gate or a deployment check: keep approval "
@@ -226,22 +228,24 @@ def register(cfg: MilesRayConfig, run: str, iteration: int, *, version: str | No
              kubeconfig: str | None = None) -> RegisterResult:
     """Register checkpoint ``iteration`` of ``run`` as a model version in the Polyaxon registry ``cfg`` names (see
     the module doc); ``kube_context``/``kubeconfig`` override what the run's record kept."""
-    record = state.load_record(run)
-    host, owner, project = polyaxon_target(cfg, record)
-    version = _check_request(run, iteration, version, tags, host)
-    api = PolyaxonApi(host)
+    typed = state.RunStore.load(run)
+    record = typed.dump()
+    ref = polyaxon_target(cfg, typed)
+    owner, project = ref.owner, str(ref.project)
+    version = _check_request(run, iteration, version, tags, ref.host or os.environ.get("POLYAXON_HOST"))
+    api = polyaxon_where.client(ref)
     root = checkpoint_root(record)
     ckpt = checkpoint_dir(root, iteration)
     explicit_hf = hf_dir is not None
-    hf = hf_dir or hf_dir_from_entrypoint(record.get("entrypoint", ""), iteration)
+    hf = hf_dir or hf_dir_from_entrypoint(typed.entrypoint or "", iteration)
 
     # 1. the checkpoint must exist where the run wrote it -- nothing is registered otherwise
     via = CheckVia(check_via)
     if via is CheckVia.auto:
-        via = CHECKPOINTS_SEEN_FROM.get(record.get("backend"), CheckVia.cluster)
+        via = CHECKPOINTS_SEEN_FROM.get(typed.backend, CheckVia.cluster)
     here = via is CheckVia.this_machine
     if progress:
-        progress(f"looking for {ckpt} ({'on this machine' if here else 'through a Ray job on ' + record['address']})")
+        progress(f"looking for {ckpt} ({'on this machine' if here else 'through a Ray job on ' + typed.address})")
     extra = [hf] if hf else []
     listing = list_checkpoints_local(root, extra) if here else \
         list_checkpoints_on_cluster(record, extra, kube_context=kube_context, kubeconfig=kubeconfig)
@@ -273,22 +277,18 @@ def register(cfg: MilesRayConfig, run: str, iteration: int, *, version: str | No
     if hf_found:
         artifacts.append(Artifact(name=f"hf-iter_{iteration:07d}", kind="model", path=hf, format="huggingface"))
     checked = Checked(where=listing.where, iterations=iterations)
-    provenance = {k: record.get(k) for k in ("run", "recipe", "recipe_hash", "image", "image_digest", "miles_commit",
-                                              "model_revision", "dataset_revision", "ray_version", "output_dir",
-                                              "resumed_from", "submission_id", "address", "cluster",
-                                              "polyaxon_run_uuid", "created")}
-    provenance["checkpoint_dir"] = root
-    provenance["split"] = {k: (record.get("split") or {}).get(k) for k in
-                           ("layout", "nodes", "gpus_per_node", "actor_num_nodes", "trainer_gpus", "rollout_num_gpus",
-                            "rollout_num_gpus_per_engine")}
+    # the run's provenance (its mode aside: a model version never kept it), its identity, where its checkpoints are
+    provenance = {"run": typed.run, **{k: v for k, v in typed.provenance().items() if k != "mode"},
+                  "submission_id": typed.submission_id, "address": typed.address, "checkpoint_dir": root,
+                  "split": split_key(typed.split or {})}
     content = {"schema": "miles-ray/model-version/v1", "source_run": run, "checkpoint_iteration": iteration,
                "artifacts": [a.to_json() for a in artifacts], "provenance": provenance, "checked": checked.to_json(),
                "note": NOT_A_GATE}
-    uuid = record.get("polyaxon_run_uuid")
-    desc = description or (f"Miles checkpoint iter {iteration} of run {run} (recipe {record.get('recipe')}); "
+    uuid = typed.polyaxon_run_uuid
+    desc = description or (f"Miles checkpoint iter {iteration} of run {run} (recipe {typed.recipe}); "
                            + ("source: Polyaxon run " + uuid if uuid else "source: miles-ray run record " + run
                               + " (no Polyaxon run)") + ". A recorded selection, not a quality gate.")
-    all_tags = list(dict.fromkeys(["miles", "miles-ray", str(record.get("recipe") or "").lower(), *tags]))
+    all_tags = list(dict.fromkeys(["miles", "miles-ray", str(typed.recipe or "").lower(), *tags]))
     all_tags = [t for t in all_tags if t]
 
     # 3. lineage on the Polyaxon run (when there is one), then the version
@@ -323,10 +323,10 @@ def register(cfg: MilesRayConfig, run: str, iteration: int, *, version: str | No
         outputs=f"miles-ray runs outputs {run}")
 
 
-def polyaxon_target(cfg: MilesRayConfig, record: dict[str, Any] | None = None) -> tuple[str | None, str, str]:
-    """(host, owner, project) of the model registry: a run with a Polyaxon run of its own (on a Polyaxon-made
-    cluster) registers in that run's project, on its host, so the version links to it; any other run: the
-    configuration's, the host else $POLYAXON_HOST."""
-    if record and record.get("polyaxon_tracked") and record.get("polyaxon_project"):
-        return record.get("polyaxon_host"), record.get("polyaxon_owner") or "default", record["polyaxon_project"]
-    return (cfg.polyaxon_host or os.environ.get("POLYAXON_HOST")), cfg.polyaxon_owner, cfg.polyaxon_project
+def polyaxon_target(cfg: MilesRayConfig, record: RunRecord | None = None) -> PolyaxonRef:
+    """The model registry's project: a run with a Polyaxon run of its own (on a Polyaxon-made cluster) registers in
+    that run's project, on its host, so the version links to it; any other run: the configuration's, the host else
+    $POLYAXON_HOST."""
+    if record is not None and record.polyaxon_tracked and record.polyaxon_project:
+        return polyaxon_where.resolve("registry", record.dump())
+    return polyaxon_where.resolve("registry", None, cfg)

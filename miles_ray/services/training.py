@@ -14,16 +14,17 @@ from typing import Any, Iterator
 from miles_ray.adapters import state
 from miles_ray.core.errors import ConfigError, MilesRayError
 from miles_ray.core.metrics import eval_metric_names, eval_setup, same_eval
+from miles_ray.core.records import RunRecord, as_record
 from miles_ray.core.runs import RunStatus
 from miles_ray.core.train_progress import (Series, TrainingProgress, findings, key_metrics, num_rollout, parse_series,
                                            progress)
 from miles_ray.services.runs import run_logs, run_status
 
 
-def has_training(record: dict[str, Any]) -> bool:
+def has_training(record: RunRecord | dict[str, Any]) -> bool:
     """A run whose job prints Miles' metric lines where miles-ray reads them: direct mode (a rehearsal trains
     nothing; the upstream launcher submits a Ray job of its own, which miles-ray does not track)."""
-    return record.get("mode") == "direct"
+    return as_record(record).mode == "direct"
 
 
 def _epoch(value: Any) -> float | None:
@@ -153,7 +154,7 @@ def curves(runs: list[str], metrics: list[str] | None = None, kube_context: str 
     got: list[RunCurves] = []
     for run in runs:
         if not has_training(records[run]):
-            raise ConfigError(f"runs plot: run {run} is a {records[run].get('mode')}-mode run: miles-ray does not "
+            raise ConfigError(f"runs plot: run {run} is a {as_record(records[run]).mode}-mode run: miles-ray does not "
                               "read metric lines of it")
         series = parse_series(read_log(run, kube_context, kubeconfig))
         if not series.points:

@@ -71,7 +71,7 @@ def test_the_new_counters_see_what_they_count(tmp_path):
                     "    run: str\n    head: dict | None = None\n")
     fields = figures.record_fields(runs)
     assert fields == {"schema", "run", "head"}
-    assert {"schema", "run", "attempts", "polyaxon_host"} <= figures.record_fields(REPO / "miles_ray/core/runs.py")
+    assert {"schema", "run", "attempts", "polyaxon_host"} <= figures.record_fields(REPO / "miles_ray/core/records/run.py")
     mod = tmp_path / "m.py"
     mod.write_text('"""Ray at /api/jobs/ (a docstring)."""\n'
                    'def f(rec, sid):\n    rec["run"] = rec.get("head")\n    if "schema" in rec:\n'
@@ -98,3 +98,32 @@ def test_the_new_counters_see_what_they_count(tmp_path):
             ("rec.get('polyaxon_host')", ["m.py:13"])]
     finally:
         figures.REPO = REPO
+
+
+# string-key accesses of run-record fields outside the record's own package (issue 39: from 401; the target is
+# <= 60, not reached yet: see the count's findings with 'python tools/arch_figures.py -v')
+RECORD_KEY_LIMIT = 125
+
+
+def test_run_record_fields_are_read_as_attributes():
+    found = figures.figures()["record_key_accesses"]
+    assert len(found) <= RECORD_KEY_LIMIT, found
+
+
+def test_a_planted_record_key_access_breaks_the_limit(tmp_path):
+    """One more ``record["field"]`` anywhere in the product is over the limit (the count is at the limit)."""
+    planted = tmp_path / "planted.py"
+    planted.write_text('def f(record):\n    return record["polyaxon_run_uuid"], record.get("attempts")\n')
+    fields = figures.record_fields(REPO / "miles_ray/core/records/run.py")
+    figures.REPO = tmp_path
+    try:
+        more = figures.record_key_accesses([planted], fields)
+    finally:
+        figures.REPO = REPO
+    assert more == [("planted.py", 2, "attempts"), ("planted.py", 2, "polyaxon_run_uuid")]
+    assert len(figures.figures()["record_key_accesses"]) + len(more) > RECORD_KEY_LIMIT
+
+
+def test_one_way_to_say_where_a_polyaxon_run_lives():
+    found = figures.figures()["polyaxon_resolutions"]
+    assert [way for way, _ in found] == [".host"], found

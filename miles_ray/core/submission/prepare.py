@@ -21,6 +21,7 @@ from miles_ray.core.errors import ConfigError
 from miles_ray.core.heads import in_cluster_url, parse_head
 from miles_ray.core.planner import Plan
 from miles_ray.core.recipes import Recipe
+from miles_ray.core.records import Controller, as_record
 from miles_ray.core.runs import (RECORDED_ON_CREATION, ResumeTarget, RunRecord, SCHEMA, attempt_submission_id,
                                  head_identity, new_attempt, resume_differences, resume_target, run_id_of)
 from miles_ray.core.submission.live import check_head_ray_version
@@ -92,6 +93,16 @@ class SubmitJob:
     # checkpoint_dir, gpu_workers, gpus_per_node, workers_timeout); None: not supervised
     supervision: dict[str, Any] | None = None
 
+    @property
+    def run_record(self) -> RunRecord:
+        """Its run record, typed."""
+        return as_record(self.record)
+
+    @property
+    def existing_record(self) -> RunRecord | None:
+        """The record of a run of this name, typed (None: a new run)."""
+        return as_record(self.existing) if self.existing is not None else None
+
     def with_head(self, node_id: str | None, pod: Mapping[str, str] | None, started: str) -> "SubmitJob":
         """The job with the head it is submitted to in its record (``head``) and its attempt in ``attempts``: what
         the run verbs compare with the head serving later (a job whose head is gone is lost)."""
@@ -154,21 +165,22 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         raise ConfigError("--mode launcher on a Kubernetes cluster runs the launcher as a Polyaxon job in the Miles "
                           "image: an image is needed", hint="pass --image repo@sha256:<64 hex>")
     run = request.run or default_run_name(recipe, plan, created)
-    attempt = len((replaces or {}).get("attempts") or [None]) + 1 if replaces is not None else 1
+    replaced = as_record(replaces) if replaces is not None else None
+    attempt = len(replaced.attempts or [None]) + 1 if replaced is not None else 1
     sid = attempt_submission_id(submission_id(cfg.name, run), attempt)
-    if replaces is not None:
-        created = replaces.get("created") or created
+    if replaced is not None:
+        created = replaced.created or created
 
     reconcile_error = None
-    if existing is not None and existing.get("address") != target.address:
-        raise ConfigError(f"run {run!r} already exists on another cluster ({existing.get('address')})",
+    if existing is not None and as_record(existing).address != target.address:
+        raise ConfigError(f"run {run!r} already exists on another cluster ({as_record(existing).address})",
                           hint="pick another --run name")
 
     output_dir, resumed_from, resuming = cfg.output_dir(run), None, None
     if resume is not None:
-        diffs = resume_differences(RunRecord.model_validate(resume), recipe.content_hash(), plan.model_dump())
+        diffs = resume_differences(as_record(resume), recipe.content_hash(), plan.model_dump())
         if diffs and not request.force:
-            raise ConfigError(f"--resume-from {resume['run']}: checkpoints were written with a different setup: "
+            raise ConfigError(f"--resume-from {as_record(resume).run}: checkpoints were written with a different setup: "
                               + "; ".join(diffs), hint="pass --force to reuse them anyway")
         resuming = resume_target(resume)  # where it saved: the new job loads from there
         output_dir, resumed_from = resuming.output_dir, resuming.run
@@ -227,7 +239,9 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
             supervision["resume_job"] = {"entrypoint": shlex.join(resume_argv), "runtime_env": runtime_env}
             supervision.update(gpu_workers=plan.ray.gpu_workers, gpus_per_node=plan.gpus_per_node,
                                workers_timeout=max(600.0, request.timeout))
-    record = RunRecord(
+    controller = None if supervision is None else Controller.model_validate(
+        {k: supervision[k] for k in ("kind", "max_restarts", "keep_checkpoints", "keep_best") if k in supervision})
+    typed = RunRecord(
         schema=SCHEMA, run=run, cluster=cfg.name, backend=target.backend, address=target.address, submission_id=sid,
         mode=mode, created=created, image=str(image) if image else None,
         image_digest=image.digest if image else None, ray_version=cfg.ray_version, miles_commit=request.miles_commit,
@@ -236,23 +250,22 @@ def prepare_submit(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarge
         split=plan.model_dump(mode="json", include=_RECORDED_SPLIT), output_dir=output_dir,
         resumed_from=resumed_from, entrypoint=entrypoint, checkpoint_dir=ckpt[0], load_dir=ckpt[1],
         checkpoint_dirs_from=ckpt_from, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig,
-    ).model_dump(by_alias=True, exclude=set(RECORDED_ON_CREATION) | {"supervisor", "memory_check"})
-    if supervision is not None:
-        record["supervisor"] = {"kind": supervision["kind"], "max_restarts": supervision["max_restarts"]}
-        record["supervisor"].update({k: supervision[k] for k in ("keep_checkpoints", "keep_best") if k in supervision})
-    if request.no_memory_check:
-        record["memory_check"] = "skipped (--no-memory-check)"
+        supervisor=controller, memory_check="skipped (--no-memory-check)" if request.no_memory_check else None)
+    # the prepared record (dry runs print it): every field but those set on creation, and the supervisor and the
+    # memory check only when there are
+    record = typed.model_dump(by_alias=True, exclude=set(RECORDED_ON_CREATION) | (
+        {"supervisor"} if controller is None else set()) | (set() if request.no_memory_check else {"memory_check"}))
     if existing is not None:
         refuse_changed_request(run, existing, record)
     metadata = {"miles_ray_run": run, "recipe": recipe.name, "recipe_hash": recipe.content_hash(),
                 "cluster": cfg.name, "mode": mode, "layout": plan.layout,
-                "image_digest": record["image_digest"] or "", "output_dir": output_dir}
+                "image_digest": typed.image_digest or "", "output_dir": output_dir}
     kind: Literal["ray-job", "launcher-exec", "launcher-polyaxon"] = "ray-job"
     operation = None
     if mode == "launcher":
         kind = "launcher-polyaxon" if head.kind == "kubernetes" else "launcher-exec"
         if kind == "launcher-polyaxon":
-            operation = launcher_job_operation(cfg, recipe, plan, record["image"], run, output_dir, in_cluster,
+            operation = launcher_job_operation(cfg, recipe, plan, typed.image, run, output_dir, in_cluster,
                                                request.extra_args, run_id=run_id, head_auth=target.head_auth)
     # Data and checkpoint preflight on every node: default on for Kubernetes clusters, where the shared volume is
     # real (--check-data / --no-check-data override). Rehearsals touch no data.

@@ -146,11 +146,11 @@ def refuse_shrink_below_running_jobs(cfg: MilesRayConfig, nodes: int, status: Lo
     """Refuse to remove GPU nodes that a running miles-ray job of this cluster needs (--force overrides)."""
     if nodes >= status.gpu_node_count:
         return
-    for rec in state.list_records():
-        if rec.get("cluster") != cfg.name or rec.get("address") != status.dashboard_url:
+    for rec in state.RunStore.all():
+        if rec.cluster != cfg.name or rec.address != status.dashboard_url:
             continue
-        need = int(rec.get("split", {}).get("nodes", 0))
+        need = int((rec.split or {}).get("nodes", 0))
         if need > nodes and live_status(rec) in {"PENDING", "RUNNING"}:
             raise ConfigError(
-                f"run {rec['run']!r} is {live_status(rec)} and needs {need} GPU nodes; scaling to {nodes} would "
+                f"run {rec.run!r} is {live_status(rec)} and needs {need} GPU nodes; scaling to {nodes} would "
                 "take GPUs from under it", hint="stop the run first, or pass --force")

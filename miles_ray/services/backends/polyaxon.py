@@ -15,7 +15,7 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, NotFound, TimedOut
 from miles_ray.core.prepare import ClusterDocuments
 from miles_ray.core.progress import Progress, say
-from miles_ray.services import k8s_clusters
+from miles_ray.services import k8s_clusters, polyaxon_where
 from miles_ray.services.backends.drift import refuse_drift
 from miles_ray.services.backends.idle import iso, park_gate
 from miles_ray.services.backends.kube import bookkeeping, preflight, scaling, sidecars, status, teardown, waits
@@ -78,16 +78,16 @@ def without_kubectl(cfg: MilesRayConfig, rec: dict[str, Any] | None = None) -> s
 
 
 def _polyaxon(cfg: MilesRayConfig, rec: dict[str, Any] | None = None):
-    """(client, owner, project) of the cluster's Polyaxon run (as 'up' recorded it) or of the config."""
-    rec = rec or {}
-    return (polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host), rec.get("polyaxon_owner") or cfg.polyaxon_owner,
-            rec.get("polyaxon_project") or cfg.polyaxon_project)
+    """(client, owner, project) of the cluster's Polyaxon run (on the host, owner and project 'up' recorded, else
+    the config's)."""
+    ref = polyaxon_where.resolve("cluster", rec, cfg)
+    return polyaxon_where.client(ref), ref.owner, ref.project
 
 
 def polyaxon_preflight(cfg: MilesRayConfig, op: dict, progress: Progress = None):
     """Before creating an operation: the project exists, and (when the agent's connections are known) every
     connection the operation names is one the agent has. Returns (client, known connections or None)."""
-    client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
+    client = polyaxon_where.client(polyaxon_where.resolve("cluster", None, cfg))
     say(progress, f"checking Polyaxon project {cfg.polyaxon_owner}/{cfg.polyaxon_project} at {client.host}")
     client.check_project(cfg.polyaxon_owner, cfg.polyaxon_project)
     known = polyaxon_api.list_agent_connections()
@@ -332,9 +332,8 @@ class PolyaxonBackend:
             return skip
         if report:
             out.idle = report
-        client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
-        run = client.get_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"],
-                             with_conditions=False)
+        client, owner, project = _polyaxon(cfg, rec)
+        run = client.get_run(owner, project, rec["polyaxon_uuid"], with_conditions=False)
         if not isinstance(run.get("raw_content"), dict):
             raise ClusterError(f"Polyaxon run {rec['polyaxon_uuid']} does not return the operation it was created "
                                "from", hint="'miles-ray down' then 'up' instead")
@@ -343,7 +342,7 @@ class PolyaxonBackend:
         parked = {"operation": run["raw_content"], "run_name": run.get("name") or cfg.name, "tags": run.get("tags"),
                   "meta": run.get("meta_info"), "stopped_uuid": rec["polyaxon_uuid"], "parked_at": iso(time.time())}
         state.write_kube_cluster(cfg.kube_context, cfg.namespace, cfg.name, {**rec, "parked": parked})
-        client.stop_run(rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"])
+        client.stop_run(owner, project, rec["polyaxon_uuid"])
         say(progress, f"stopped Polyaxon run {rec['polyaxon_uuid']}; its operation is kept for 'resume'")
         out.stopped_uuid = rec["polyaxon_uuid"]
         if wait and not without_kubectl(cfg, rec):
@@ -371,8 +370,9 @@ class PolyaxonBackend:
         if not parked:
             return KubeResume(name=cfg.name, via=self.via, resumed=False, reason="it was not parked",
                               polyaxon_uuid=rec.get("polyaxon_uuid"))
-        uuid = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host).create_operation(
-            rec["polyaxon_owner"], rec["polyaxon_project"], parked["operation"], name=parked["run_name"],
+        client, owner, project = _polyaxon(cfg, rec)
+        uuid = client.create_operation(
+            owner, project, parked["operation"], name=parked["run_name"],
             tags=parked.get("tags"), meta=parked.get("meta"), reuse_existing=False)
         raycluster = f"plx-operation-{uuid}"
         new = {k: v for k, v in rec.items() if k != "parked"}

@@ -33,6 +33,7 @@ from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, plain
 from miles_ray.core.progress import Progress
+from miles_ray.core.records import RunRecord, as_record
 from miles_ray.core.runs import describe_head
 from miles_ray.services.doctor.findings import OK, PROBLEM, WARNING, DoctorReport, Finding, finding
 from miles_ray.services.doctor.kube_checks import kube_findings, ray_membership
@@ -103,17 +104,17 @@ def check_target(cfg: MilesRayConfig, target: str | None) -> None:
                               hint="'miles-ray runs' lists runs; cluster names are DNS-1035 labels") from None
 
 
-def _run_head(record: dict[str, Any], url: str | None, cfg: MilesRayConfig) -> Finding:
+def _run_head(record: RunRecord, url: str | None, cfg: MilesRayConfig) -> Finding:
     """doctor RUN: the head the run's job started on, against the head serving now (a job whose head is gone was
     lost with it: FAILED, whatever Ray's job table still says)."""
-    run = record["run"]
+    run = record.run
     lost = backend_for(record, url=url, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig).head_lost()
-    head = describe_head(record["head"])
+    head = describe_head(record.head.model_dump() if record.head is not None else {})
     if lost:
         return finding("run_head", "resume", PROBLEM, f"the job of run {run} was lost with its head: "
-                       f"{lost.get('reason')}", [f"attempt {lost.get('attempt')}: {lost.get('submission_id')} "
-                                                 f"started {lost.get('started')} on {head}"],
-                       f"'miles-ray submit' of the same run starts attempt {(lost.get('attempt') or 1) + 1} from "
+                       f"{lost.reason}", [f"attempt {lost.attempt}: {lost.submission_id} "
+                                          f"started {lost.started} on {head}"],
+                       f"'miles-ray submit' of the same run starts attempt {(lost.attempt or 1) + 1} from "
                        "its checkpoints")
     return finding("run_head", "resume", OK, f"run {run}'s job started on the head serving now ({head})"
                    if url else f"run {run}'s job started on {head}; the head does not answer now", [])
@@ -123,14 +124,14 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
            timeout: float = 60, progress: Progress = None) -> DoctorReport:
     """Diagnose a cluster (by name) or a run (by run name). Returns findings; never raises for a finding."""
     record = state.read_json(state.record_path(target)) if target and re.fullmatch(r"^[a-z0-9-]+$", target) else None
+    rec = as_record(record) if record else None
     kind = "run" if record else "cluster"
     head = address
-    if record:
-        cfg = cfg.model_copy(update={"name": record["cluster"],
-                                     "kube_context": record.get("kube_context") or cfg.kube_context,
-                                     "kubeconfig": record.get("kubeconfig") or cfg.kubeconfig})
-        backend = RECORD_BACKENDS.get(record["backend"], "address")
-        head = address or record["address"]
+    if rec is not None:
+        cfg = cfg.model_copy(update={"name": rec.cluster, "kube_context": rec.kube_context or cfg.kube_context,
+                                     "kubeconfig": rec.kubeconfig or cfg.kubeconfig})
+        backend = RECORD_BACKENDS.get(rec.backend, "address")
+        head = address or rec.address
     elif target:
         try:
             cfg = MilesRayConfig.model_validate({**cfg.model_dump(), "name": target})
@@ -141,7 +142,7 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
     if backend == "auto":
         backend = "address" if address and not record else pick_backend("auto", cfg)
     report: dict[str, Any] = {"target": target or cfg.name, "kind": kind, "cluster": cfg.name, "backend": backend}
-    expected_ray = record.get("ray_version") if record else None
+    expected_ray = rec.ray_version if rec is not None else None
 
     side = SIDES[backend](cfg, head, progress)
     findings = list(side.findings)
@@ -161,8 +162,8 @@ def doctor(cfg: MilesRayConfig, target: str | None = None, backend: str = "auto"
                                             "'miles-ray status' shows why; a recreated head needs its workers to "
                                             "rejoin"))
         findings += side.with_head(url, unreached)
-        if record and record.get("head"):
-            findings.append(_run_head(record, url, cfg))
+        if rec is not None and rec.head:
+            findings.append(_run_head(rec, url, cfg))
         findings += resume
         findings += memory_findings(cfg, record, head)
         if record:

@@ -15,6 +15,7 @@ from miles_ray.core.memory import FitLine, MemoryEstimate, estimate, gib, known_
 from miles_ray.core.planner import Plan, plan_split
 from miles_ray.core.prepare import resolve_plan
 from miles_ray.core.recipes import Recipe
+from miles_ray.core.records import Controller, as_record
 from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, Finding, finding
 from miles_ray.services.node_gpus import cluster_gpu_memory
 
@@ -26,17 +27,18 @@ def _job(cfg: MilesRayConfig, record: dict[str, Any] | None) -> tuple[Recipe, Pl
     if record is None:
         recipe, plan = resolve_plan(cfg)
         return recipe, plan, [], f"{recipe.name} on {plan.nodes} x {plan.gpus_per_node} GPUs (the configuration's job)"
-    recipe = Recipe.model_validate(record["recipe_spec"])
-    split = record["split"]
+    rec = as_record(record)
+    recipe = Recipe.model_validate(rec.recipe_spec)
+    split = rec.split
     apart = split.get("layout") == "disaggregated"  # its rollout nodes and GPUs as planned
     plan = plan_split(recipe, split["nodes"], split["gpus_per_node"], split.get("layout"),
                       split["nodes"] - split["actor_num_nodes"] if apart else None,
                       split.get("rollout_num_gpus") if apart else None, with_suggestions=False)
     try:
-        args = shlex.split(record.get("entrypoint") or "")
+        args = shlex.split(rec.entrypoint or "")
     except ValueError:
         args = []
-    return recipe, plan, args, f"run {record['run']}: {recipe.name} on {plan.nodes} x {plan.gpus_per_node} GPUs"
+    return recipe, plan, args, f"run {rec.run}: {recipe.name} on {plan.nodes} x {plan.gpus_per_node} GPUs"
 
 
 def _part(line: FitLine, what: str, fix: str, misfit: str) -> Finding:
@@ -60,8 +62,9 @@ def _part(line: FitLine, what: str, fix: str, misfit: str) -> Finding:
 def memory_findings(cfg: MilesRayConfig, record: dict[str, Any] | None, head: str | None) -> list[Finding]:
     """One finding per part (never raises: what cannot be estimated is one ``skipped`` finding). A misfit is a
     ``problem`` for a run, a ``warning`` for the configuration's job; headroom under 10% a ``warning``."""
-    if record is not None and record.get("mode") == "rehearse":
-        return [finding("memory", "memory", SKIPPED, f"run {record['run']} is a rehearsal: it loads no model")]
+    rec = as_record(record) if record is not None else None
+    if rec is not None and rec.mode == "rehearse":
+        return [finding("memory", "memory", SKIPPED, f"run {rec.run} is a rehearsal: it loads no model")]
     try:
         recipe, plan, args, what = _job(cfg, record)
         if not plan.feasible:
@@ -71,10 +74,10 @@ def memory_findings(cfg: MilesRayConfig, record: dict[str, Any] | None, head: st
         if head:
             cfg, notice = cluster_gpu_memory(cfg, head)
         gpu, host, source = known_limits(cfg)
-        sup = (record or {}).get("supervisor") or {}  # the run's retention: the checkpoints it keeps
+        sup = (rec.supervisor if rec is not None else None) or Controller()  # its retention: the checkpoints it keeps
         est: MemoryEstimate = estimate(recipe, plan, gpu_bytes=gpu, memory_per_node=host, extra_args=args,
-                                       gpu_source=source, keep_checkpoints=sup.get("keep_checkpoints"),
-                                       keep_best=bool(sup.get("keep_best")))
+                                       gpu_source=source, keep_checkpoints=sup.keep_checkpoints,
+                                       keep_best=bool(sup.keep_best))
     except (MilesRayError, KeyError, ValueError, TypeError) as e:
         return [finding("memory", "memory", SKIPPED, f"memory not estimated: {getattr(e, 'message', None) or e}",
                         fix=getattr(e, "hint", None) or "")]

@@ -13,6 +13,7 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError
 from miles_ray.core.probes import TRACKER_CHECK, missing_line
 from miles_ray.core.recipes import get_recipe
+from miles_ray.core.records import as_record
 from miles_ray.core.runs import ResumeTarget, run_checkpoints
 from miles_ray.services.check_data import check_data
 from miles_ray.services.doctor.findings import OK, PROBLEM, SKIPPED, WARNING, Finding, finding
@@ -54,10 +55,11 @@ def resume_findings(record: dict[str, Any] | None) -> tuple[list[Finding], Resum
     and what the data checks must find (the checkpoint tracker a resumed run loads; None for a fresh run)."""
     if record is None:
         return [], None
-    run, ck = record["run"], run_checkpoints(record)
-    rev = [f"run {run} output dir {record['output_dir']}",
+    rec = as_record(record)
+    run, ck = rec.run, run_checkpoints(record)
+    rev = [f"run {run} output dir {rec.output_dir}",
            f"saves checkpoints to {ck.save or '(nowhere known)'}, loads from {ck.load or '(no --load)'}: {ck.note}"]
-    prev_name = record.get("resumed_from")
+    prev_name = rec.resumed_from
     if not prev_name:
         if not ck.save:
             return [finding("resume", "resume", WARNING, f"run {run} saves no checkpoints miles-ray knows of: it "
@@ -68,18 +70,18 @@ def resume_findings(record: dict[str, Any] | None) -> tuple[list[Finding], Resum
                         f"{ck.save}; to continue it later: --resume-from {run}", rev)], None
     rev.append(f"resumed from run {prev_name}")
     problems: list[str] = []
-    target = ResumeTarget(record["output_dir"], ck.load, prev_name) if ck.load else None
+    target = ResumeTarget(rec.output_dir, ck.load, prev_name) if ck.load else None
     prev = state.read_json(state.record_path(prev_name))
     if prev is None:
         problems.append(f"the run it resumes from ({prev_name}) has no record here")
     else:
         pck = run_checkpoints(prev)
-        rev += [f"{prev_name} wrote to {prev['output_dir']}",
+        rev += [f"{prev_name} wrote to {as_record(prev).output_dir}",
                 f"{prev_name} saved checkpoints to {pck.save or '(nowhere known)'}: {pck.note}"]
         if not pck.save:
             problems.append(f"{prev_name} saves no checkpoints miles-ray knows of ({pck.note})")
         else:
-            target = ResumeTarget(record["output_dir"], pck.save, prev_name)
+            target = ResumeTarget(rec.output_dir, pck.save, prev_name)
             if (ck.load or "").rstrip("/") != pck.save.rstrip("/"):
                 problems.append(f"it loads from {ck.load or '(no --load)'}, not from {pck.save} where {prev_name} "
                                 "saved its checkpoints: Miles will not continue them")
@@ -98,7 +100,7 @@ def data_findings(cfg: MilesRayConfig, url: str | None, head: str | None, record
     if url is None or head is None:
         return [finding("data", "data", SKIPPED, "no reachable Ray head to run the data checks from",
                         [unreached] if unreached else [], UNREACHED_FIX)]
-    recipe = get_recipe(record["recipe"] if record else cfg.recipe, cfg.recipe_file)
+    recipe = get_recipe(as_record(record).recipe if record else cfg.recipe, cfg.recipe_file)
     if progress:
         progress(f"running check-data on {head}")
     try:
@@ -140,7 +142,8 @@ def miles_findings(cfg: MilesRayConfig, url: str | None, head: str | None, recor
     """The Miles commit in the image (read on a GPU worker) against the catalog's and, for a run, the one it was
     submitted with. A drift is a problem (direct mode refuses it), except for a launcher-mode run (a warning)."""
     catalog = miles_version.catalog_commit()
-    recorded = (record or {}).get("miles_commit")
+    rec = as_record(record) if record else None
+    recorded = rec.miles_commit if rec is not None else None
     if catalog is None and not recorded:
         return [finding("miles_version", "drift", SKIPPED, "the catalog records no Miles commit (and no run commit to "
                         "compare with): the image's Miles is not checked", [], "")]
@@ -153,13 +156,13 @@ def miles_findings(cfg: MilesRayConfig, url: str | None, head: str | None, recor
           f"the image's checkout {cfg.miles_root}: {image or 'unknown'}"
           + (f" (read with {answer.source} on {answer.where})" if image else
              f" ({answer.problem or 'not readable'})")]
-    if record:
-        ev.append(f"run {record['run']} ({record.get('mode')}) was submitted with Miles {recorded or 'unknown'}")
+    if rec is not None:
+        ev.append(f"run {rec.run} ({rec.mode}) was submitted with Miles {recorded or 'unknown'}")
     if image is None:
         return [finding("miles_version", "drift", WARNING, f"the Miles commit in the image could not be read at "
                         f"{cfg.miles_root}", ev, "set miles_root to the Miles checkout in the image (a git clone: the "
                         "Miles image has /root/miles); until then direct mode cannot compare it with the catalog")]
-    launcher_run = bool(record) and record.get("mode") == "launcher"  # the image's own launcher: exact anyway
+    launcher_run = rec is not None and rec.mode == "launcher"  # the image's own launcher: exact anyway
     changed = bool(recorded) and not image.startswith(recorded.lower())
     problems = []
     if catalog and image != catalog:
@@ -167,7 +170,7 @@ def miles_findings(cfg: MilesRayConfig, url: str | None, head: str | None, recor
                         f"{miles_version.short(catalog)}" + ("" if launcher_run else
                                                             ": direct-mode jobs are refused without --allow-miles-drift"))
     if changed:
-        problems.append(f"the image's Miles changed since run {record['run']} was submitted "
+        problems.append(f"the image's Miles changed since run {rec.run if rec else '?'} was submitted "
                         f"({miles_version.short(recorded)} then, {miles_version.short(image)} now)")
     if problems:
         status = PROBLEM if changed or not launcher_run else WARNING

@@ -24,6 +24,7 @@ from miles_ray.adapters import state
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.heads import parse_head
+from miles_ray.core.records import Attempt, RunRecord, as_record
 from miles_ray.core.runs import RunStatus, SavedCopySource, Stopped
 from miles_ray.core.results import Result
 from miles_ray.core.submission import SubmitJob
@@ -51,7 +52,7 @@ class RunBackend(Protocol):
     def logs(self, follow: bool, on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
         """The job's logs, in chunks as they come (followed until the job ends)."""
 
-    def head_lost(self) -> dict[str, Any] | None:
+    def head_lost(self) -> Attempt | None:
         """The run's current attempt (from its record's ``attempts``) if its job was lost with the Ray head it
         started on, else None."""
 
@@ -59,25 +60,26 @@ class RunBackend(Protocol):
         """Stop the job (waiting up to ``wait_timeout`` seconds for it to end, where the backend can)."""
 
 
-def _is_polyaxon_job(record: dict[str, Any]) -> bool:
+def _is_polyaxon_job(record: RunRecord) -> bool:
     """--mode launcher on a Kubernetes head runs as a Polyaxon job (see ``prepare_submit``): the launcher of a
     record whose head lives in a Kubernetes namespace; a launcher on any other head runs here, as a Ray job."""
-    return record.get("mode") == "launcher" and parse_head(record["address"]).namespace is not None
+    return record.mode == "launcher" and parse_head(record.address).namespace is not None
 
 
-def backend_for(record: dict[str, Any], *, kube_context: str | None = None, kubeconfig: str | None = None,
+def backend_for(record: RunRecord | dict[str, Any], *, kube_context: str | None = None, kubeconfig: str | None = None,
                 url: str | None = None, cfg: MilesRayConfig | None = None) -> RunBackend:
     """THE dispatch: the backend serving the job of ``record``. ``kube_context``/``kubeconfig``: how to reach a
     Ray head on Kubernetes (over what the record kept); ``url``: the Ray head already open; ``cfg``: the
     configuration a run is being submitted with."""
+    record = as_record(record)
     if _is_polyaxon_job(record):
         return PolyaxonJob(record, cfg)
-    if record.get("supervisor"):
+    if record.supervisor:
         return SupervisedRun(record, kube_context=kube_context, kubeconfig=kubeconfig, url=url)
     return RayJob(record, kube_context=kube_context, kubeconfig=kubeconfig, url=url)
 
 
-def live_status(record: dict[str, Any], kube_context: str | None = None, kubeconfig: str | None = None) -> str:
+def live_status(record: RunRecord | dict[str, Any], kube_context: str | None = None, kubeconfig: str | None = None) -> str:
     """The run's job state, ``UNREACHABLE`` when its head does not answer, ``UNKNOWN`` when it has no such job."""
     return backend_for(record, kube_context=kube_context, kubeconfig=kubeconfig).live_state()
 
@@ -85,17 +87,17 @@ def live_status(record: dict[str, Any], kube_context: str | None = None, kubecon
 def run_status(run: str, *, kube_context: str | None = None, kubeconfig: str | None = None) -> RunStatus:
     """The run's job info (from its head, Polyaxon, or the saved copy once the head is gone); a run with a Polyaxon
     run of its own (on a Polyaxon-made cluster) names it."""
-    record = state.load_record(run)
+    record = state.RunStore.load(run)
     got = backend_for(record, kube_context=kube_context, kubeconfig=kubeconfig).state()
-    if got.polyaxon_uuid is None and record.get("polyaxon_run_uuid"):
-        got = got.model_copy(update={"polyaxon_uuid": record["polyaxon_run_uuid"]})
+    if got.polyaxon_uuid is None and record.polyaxon_run_uuid:
+        got = got.model_copy(update={"polyaxon_uuid": record.polyaxon_run_uuid})
     return got
 
 
 def run_logs(run: str, follow: bool, *, kube_context: str | None = None, kubeconfig: str | None = None,
              on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
     """The job's logs (followed until it ends); ``on_saved_copy`` is called when they come from the saved copy."""
-    backend = backend_for(state.load_record(run), kube_context=kube_context, kubeconfig=kubeconfig)
+    backend = backend_for(state.RunStore.load(run), kube_context=kube_context, kubeconfig=kubeconfig)
     return backend.logs(follow, on_saved_copy)
 
 
@@ -103,15 +105,15 @@ def run_stop(run: str, *, kube_context: str | None = None, kubeconfig: str | Non
              wait_timeout: float | None = 60) -> Stopped:
     """Stop the run's job; unless ``wait_timeout`` is None wait until it has ended (a Ray job). A run with a Polyaxon
     run of its own (on a Polyaxon-made cluster) has that stopped too."""
-    record = state.load_record(run)
+    record = state.RunStore.load(run)
     stopped = backend_for(record, kube_context=kube_context, kubeconfig=kubeconfig).stop(wait_timeout)
     polyaxon_tracked.stop(record)
     return stopped
 
 
-def run_namespace(record: dict[str, Any]) -> str | None:
+def run_namespace(record: RunRecord | dict[str, Any]) -> str | None:
     """The Kubernetes namespace of a run's cluster (``k8s://NAMESPACE/NAME`` addresses), else None."""
-    address = record.get("address", "")
+    address = getattr(as_record(record), "address", None) or ""
     return address[len("k8s://"):].partition("/")[0] if address.startswith("k8s://") else None
 
 
@@ -119,26 +121,25 @@ def pick_run(run: str | None, namespace: str | None = None) -> str:
     """RUN as given (checked against --namespace), or the latest run (the latest in --namespace)."""
     if run:
         if namespace is not None:
-            have = run_namespace(state.load_record(run))
+            have = run_namespace(state.RunStore.load(run))
             if have != namespace:
                 raise ConfigError(f"run {run!r} is not on a cluster in namespace {namespace!r} "
                                   f"({'namespace ' + repr(have) if have else 'not a Kubernetes run'})",
                                   hint="drop --namespace, or name a run of that namespace ('miles-ray runs')")
         return run
-    recs = state.list_records()
+    recs = state.RunStore.all()
     if namespace is not None:
         recs = [r for r in recs if run_namespace(r) == namespace]
     if not recs:
         where = f" on a cluster in namespace {namespace!r}" if namespace is not None else ""
         raise ConfigError(f"no runs yet{where}", hint="submit one with 'miles-ray submit'")
-    return recs[-1]["run"]
+    return recs[-1].run
 
 
 def list_runs(*, namespace: str | None = None, live: bool = True, kube_context: str | None = None,
               kubeconfig: str | None = None) -> list[dict[str, Any]]:
     """The run records (those on clusters in ``namespace``), each with its job's live ``status`` if ``live``."""
-    records = [r for r in state.list_records() if namespace is None or run_namespace(r) == namespace]
-    if live:
-        for r in records:
-            r["status"] = live_status(r, kube_context=kube_context, kubeconfig=kubeconfig)
-    return records
+    records = [r for r in state.RunStore.all() if namespace is None or run_namespace(r) == namespace]
+    # each record as written (the run list's -o json), with its job's state
+    return [{**r.dump(), **({"status": live_status(r, kube_context=kube_context, kubeconfig=kubeconfig)}
+                            if live else {})} for r in records]

@@ -11,8 +11,10 @@ from typing import Any, Callable, Iterator
 from miles_ray.adapters import polyaxon_api, polyaxon_spec, state
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
+from miles_ray.core.records import Attempt, RunRecord, as_record
 from miles_ray.core.runs import LauncherJobCreated, RunStatus, SavedCopySource, Stopped
 from miles_ray.core.submission import SubmitJob
+from miles_ray.services import polyaxon_where
 
 # Polyaxon run statuses as Ray job states (what status/logs/stop report for a launcher job)
 _PX_STATES = {"succeeded": "SUCCEEDED", "done": "SUCCEEDED", "failed": "FAILED", "upstream_failed": "FAILED",
@@ -31,21 +33,22 @@ def launcher_as_polyaxon_job(cfg: MilesRayConfig, record: dict[str, Any],
     ``operation`` is the prepared job (:func:`miles_ray.core.entrypoint.launcher_job_operation`). The run record
     keeps the Polyaxon host, owner and project, so status/logs/stop reach the job again on that host."""
     polyaxon_spec.validate_operation(operation)
-    client = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host)
-    record = {**record, "polyaxon_owner": cfg.polyaxon_owner, "polyaxon_project": cfg.polyaxon_project,
-              "polyaxon_host": client.host}
-    state.create_record(record)
+    ref = polyaxon_where.resolve("launcher-job", None, cfg)
+    client = polyaxon_where.client(ref)
+    rec = as_record(record).model_copy(update={"polyaxon_owner": ref.owner, "polyaxon_project": ref.project,
+                                               "polyaxon_host": client.host})
+    state.create_record(rec)
     try:
         uuid = client.create_operation(
-            cfg.polyaxon_owner, cfg.polyaxon_project, operation, name=operation["name"], tags=operation["tags"],
-            meta={"miles_ray_run": record["run"], "recipe_hash": record["recipe_hash"]})
+            ref.owner, ref.project, operation, name=operation["name"], tags=operation["tags"],
+            meta={"miles_ray_run": rec.run, "recipe_hash": rec.recipe_hash})
     except BaseException:
-        state.record_path(record["run"]).unlink(missing_ok=True)
+        state.record_path(rec.run).unlink(missing_ok=True)
         raise
-    record = {**record, "polyaxon_run_uuid": uuid}
-    state.save_record(record)
-    return LauncherJobCreated(run=record["run"], polyaxon_uuid=uuid, created=True, address=record["address"],
-                              record=str(state.record_path(record["run"])), output_dir=record["output_dir"],
+    rec.polyaxon_run_uuid = uuid
+    state.save_record(rec)
+    return LauncherJobCreated(run=rec.run, polyaxon_uuid=uuid, created=True, address=rec.address,
+                              record=str(state.record_path(rec.run)), output_dir=rec.output_dir,
                               submission_id=f"polyaxon:{uuid}", status="CREATED", launcher_job=True)
 
 
@@ -53,8 +56,8 @@ class PolyaxonJob:
     """The Polyaxon job of ``record`` (a launcher run); ``cfg``: the configuration it is submitted with (only
     when submitting: afterwards the record says where the job is)."""
 
-    def __init__(self, record: dict[str, Any], cfg: MilesRayConfig | None = None) -> None:
-        self.record = record
+    def __init__(self, record: RunRecord | dict[str, Any], cfg: MilesRayConfig | None = None) -> None:
+        self.record = as_record(record)
         self.cfg = cfg
 
     def submit(self, job: SubmitJob) -> LauncherJobCreated:
@@ -66,21 +69,22 @@ class PolyaxonJob:
         """(client, owner, project, uuid) of the job, on the host its record keeps; a record made before the host
         was kept: ``POLYAXON_HOST``."""
         rec = self.record
-        uuid = rec.get("polyaxon_run_uuid")
+        ref = rec.polyaxon("launcher-job")
+        uuid = ref.uuid
         if not uuid:
-            raise ConfigError(f"run {rec['run']!r}: its record names no Polyaxon job (it was not created)",
+            raise ConfigError(f"run {rec.run!r}: its record names no Polyaxon job (it was not created)",
                               hint="submit the run again ('miles-ray submit --mode launcher --run "
-                                   f"{rec['run']} ...')")
-        if not rec.get("polyaxon_project"):
-            raise ConfigError(f"run {rec['run']!r}: its record does not say which Polyaxon project holds job {uuid}",
+                                   f"{rec.run} ...')")
+        if not ref.project:
+            raise ConfigError(f"run {rec.run!r}: its record does not say which Polyaxon project holds job {uuid}",
                               hint="read it with 'polyaxon ops logs --uid " + uuid + "'")
         try:
-            client = polyaxon_api.PolyaxonApi(host=rec.get("polyaxon_host"))
+            client = polyaxon_where.client(ref)
         except ConfigError:
-            raise ConfigError(f"run {rec['run']!r}: its record (made before miles-ray kept the Polyaxon host) does not "
+            raise ConfigError(f"run {rec.run!r}: its record (made before miles-ray kept the Polyaxon host) does not "
                               f"say which Polyaxon API host holds its job {uuid}",
                               hint="set POLYAXON_HOST=http://HOST:PORT to the host it was submitted to") from None
-        return client, rec.get("polyaxon_owner") or "default", rec["polyaxon_project"], uuid
+        return client, ref.owner, ref.project, uuid
 
     def state(self) -> RunStatus:
         """Polyaxon says how the job is doing (its status as a Ray job state, and Polyaxon's own)."""
@@ -88,10 +92,10 @@ class PolyaxonJob:
         client, owner, project, uuid = self._where()
         info = client.get_run(owner, project, uuid, with_conditions=True)
         last = (info.get("conditions") or [{}])[-1]
-        return RunStatus(run=rec["run"], submission_id=f"polyaxon:{uuid}", address=rec["address"],
+        return RunStatus(run=rec.run, submission_id=f"polyaxon:{uuid}", address=rec.address,
                          status=_state(info), polyaxon_status=info.get("status"), polyaxon_uuid=uuid,
                          message=" ".join((last.get("message") or "").split()) or None,
-                         output_dir=rec["output_dir"], recipe=rec["recipe"], mode=rec["mode"])
+                         output_dir=rec.output_dir, recipe=rec.recipe, mode=rec.mode)
 
     def live_state(self) -> str:
         """The job's state, ``UNREACHABLE`` when Polyaxon does not answer, ``UNKNOWN`` when it has no such job."""
@@ -119,7 +123,7 @@ class PolyaxonJob:
                 return
             time.sleep(LOGS_POLL)
 
-    def head_lost(self) -> dict[str, Any] | None:
+    def head_lost(self) -> Attempt | None:
         """A Polyaxon job is not tied to the Ray head it submits to: never lost with it (see RayJob.head_lost)."""
         return None
 
@@ -128,5 +132,5 @@ class PolyaxonJob:
         rec = self.record
         client, owner, project, uuid = self._where()
         client.stop_run(owner, project, uuid)
-        return Stopped(run=rec["run"], submission_id=rec["submission_id"], stopped=True,
+        return Stopped(run=rec.run, submission_id=rec.submission_id, stopped=True,
                        status=_state(client.get_run(owner, project, uuid, with_conditions=False)))

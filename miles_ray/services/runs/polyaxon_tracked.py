@@ -28,14 +28,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from miles_ray.adapters import local_ray, state
-from miles_ray.adapters.polyaxon_api import PolyaxonApi
 from miles_ray.adapters.polyaxon_api.tracked import TrackedRuns, sidecar_image
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound
 from miles_ray.core.heads import parse_head
 from miles_ray.core.polyaxon_runs import reporter_section, run_inputs
 from miles_ray.core.progress import Progress, say
+from miles_ray.core.records import Controller, PolyaxonRef, RunRecord, as_record
 from miles_ray.core.submission import SubmitJob, supervisor_kind
+from miles_ray.services import polyaxon_where
 from miles_ray.services.runs.supervised import supervisor_kinds
 
 @dataclass(frozen=True)
@@ -48,8 +49,11 @@ class PolyaxonHome:
     project: str
     host_in_cluster: str | None = None
 
+    def ref(self, uuid: str | None = None) -> PolyaxonRef:
+        return PolyaxonRef(host=self.host, owner=self.owner, project=self.project, uuid=uuid, role="tracked")
+
     def runs(self) -> TrackedRuns:
-        return TrackedRuns(PolyaxonApi(host=self.host), self.owner, self.project)
+        return TrackedRuns(polyaxon_where.client(self.ref()), self.owner, self.project)
 
 
 def _cluster_record(cfg: MilesRayConfig, address: str) -> dict[str, Any] | None:
@@ -72,14 +76,16 @@ def polyaxon_home(cfg: MilesRayConfig, address: str) -> PolyaxonHome | None:
     rec = _cluster_record(cfg, address) or {}
     if rec.get("via") != "polyaxon" or not rec.get("polyaxon_project"):
         return None
-    host = rec.get("polyaxon_host") or cfg.polyaxon_host or os.environ.get("POLYAXON_HOST")
+    # the cluster's project as its record keeps it (the host: else the configured one), not the config's
+    ref = polyaxon_where.resolve("tracked", rec, cfg)
+    host = ref.host or os.environ.get("POLYAXON_HOST")
     if not host:
         raise ConfigError(f"the cluster at {address} was made through Polyaxon (project "
-                          f"{rec.get('polyaxon_owner') or 'default'}/{rec['polyaxon_project']}) but its record does "
-                          "not say on which Polyaxon host", hint="set polyaxon_host in miles-ray.yaml or POLYAXON_HOST")
+                          f"{ref.owner}/{ref.project}) but its record does not say on which Polyaxon host",
+                          hint="set polyaxon_host in miles-ray.yaml or POLYAXON_HOST")
     in_cluster = rec.get("polyaxon_host_in_cluster") or cfg.polyaxon_host_in_cluster
-    return PolyaxonHome(host=str(host), owner=rec.get("polyaxon_owner") or "default",
-                        project=str(rec["polyaxon_project"]), host_in_cluster=str(in_cluster) if in_cluster else None)
+    return PolyaxonHome(host=str(host), owner=ref.owner, project=str(ref.project),
+                        host_in_cluster=str(in_cluster) if in_cluster else None)
 
 
 def tracked_kind(job: SubmitJob) -> bool:
@@ -101,7 +107,7 @@ def preflight(cfg: MilesRayConfig, job: SubmitJob, progress: Progress = None) ->
         raise ConfigError(f"a run on the Polyaxon-made cluster at {job.address} is a Polyaxon run kept current by a "
                           f"run supervisor on the cluster, and a {kind} supervisor is not available in this miles-ray",
                           hint="upgrade miles-ray, or submit to a cluster not made through Polyaxon")
-    api = PolyaxonApi(host=home.host, retries=1)
+    api = polyaxon_where.client(home.ref(), retries=1)
     say(progress, f"checking Polyaxon project {home.owner}/{home.project} at {api.host} (the cluster's)")
     try:
         api.check_project(home.owner, home.project)
@@ -116,28 +122,29 @@ def track(job: SubmitJob, home: PolyaxonHome, progress: Progress = None) -> Subm
     """Create the run's non-managed Polyaxon run (or find the one an earlier submit of this run made); the job with
     its record naming it (``polyaxon_run_uuid`` and where: host, owner, project) and its supervisor's spec the
     ``polyaxon`` section its reporter reads."""
-    rec = job.record
+    rec = as_record(job.record)
     runs = home.runs()
-    say(progress, f"creating Polyaxon run {rec['run']} in {home.owner}/{home.project}")
-    uuid = runs.create(rec["run"], inputs=run_inputs(rec), tags=["miles-ray", f"mode:{rec['mode']}"],
-                       meta={"miles_ray_run": rec["run"], "submission_id": rec["submission_id"],
-                             "recipe_hash": rec.get("recipe_hash")},
-                       description=f"Miles run {rec['run']} (recipe {rec.get('recipe')}), a Ray job on "
-                                   f"{rec.get('address')}; kept current by its supervisor on the cluster")
-    record = {**rec, "polyaxon_run_uuid": uuid, "polyaxon_host": runs.api.host, "polyaxon_owner": home.owner,
-              "polyaxon_project": home.project, "polyaxon_tracked": True}
+    say(progress, f"creating Polyaxon run {rec.run} in {home.owner}/{home.project}")
+    uuid = runs.create(rec.run, inputs=run_inputs(job.record), tags=["miles-ray", f"mode:{rec.mode}"],
+                       meta={"miles_ray_run": rec.run, "submission_id": rec.submission_id,
+                             "recipe_hash": rec.recipe_hash},
+                       description=f"Miles run {rec.run} (recipe {rec.recipe}), a Ray job on "
+                                   f"{rec.address}; kept current by its supervisor on the cluster")
     # its supervisor reports to it: a run that would not be supervised (--max-restarts 0, no checkpoints, a
     # rehearsal) gets one that never restarts it
     supervision = dict(job.supervision or {"kind": supervisor_kind(job.address), "max_restarts": 0,
-                                           "checkpoint_dir": rec.get("checkpoint_dir")})
-    record["supervisor"] = rec.get("supervisor") or {"kind": supervision["kind"], "max_restarts": 0}
+                                           "checkpoint_dir": rec.checkpoint_dir})
+    record = rec.model_copy(update={
+        "polyaxon_run_uuid": uuid, "polyaxon_host": runs.api.host, "polyaxon_owner": home.owner,
+        "polyaxon_project": home.project, "polyaxon_tracked": True,
+        "supervisor": rec.supervisor or Controller(kind=supervision["kind"], max_restarts=0)}).dump()
     pod = supervision["kind"] == "kubernetes"  # the supervisor runs in a pod: the API as pods reach it
     supervision["polyaxon"] = reporter_section(record, image=sidecar_image(),
                                                host=home.host_in_cluster if pod else None)
     return replace(job, record=record, supervision=supervision)
 
 
-def untrack(record: dict[str, Any]) -> None:
+def untrack(record: RunRecord | dict[str, Any]) -> None:
     """The submission failed after its Polyaxon run was made: delete that run (best effort: the error that failed
     the submission is the one to report)."""
     where = _where(record)
@@ -150,15 +157,15 @@ def untrack(record: dict[str, Any]) -> None:
         pass
 
 
-def _where(record: dict[str, Any]) -> tuple[TrackedRuns, str] | None:
-    if not record.get("polyaxon_tracked") or not record.get("polyaxon_run_uuid"):
+def _where(record: RunRecord | dict[str, Any]) -> tuple[TrackedRuns, str] | None:
+    rec = as_record(record)
+    ref = rec.polyaxon("tracked")
+    if not rec.polyaxon_tracked or not ref.uuid:
         return None
-    home = PolyaxonHome(host=record["polyaxon_host"], owner=record.get("polyaxon_owner") or "default",
-                        project=record["polyaxon_project"])
-    return home.runs(), record["polyaxon_run_uuid"]
+    return TrackedRuns(polyaxon_where.client(ref), ref.owner, str(ref.project)), ref.uuid
 
 
-def stop(record: dict[str, Any]) -> str | None:
+def stop(record: RunRecord | dict[str, Any]) -> str | None:
     """``stop RUN``: the run's Polyaxon run stopped too (left as it is when it has ended); its status after, None
     for a run without one."""
     where = _where(record)

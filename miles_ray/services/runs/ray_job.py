@@ -11,8 +11,9 @@ from typing import Any, Callable, Iterator
 from miles_ray.adapters import ray_jobs, state
 from miles_ray.adapters.ray_head import local_head_gone, open_head, serving_pod
 from miles_ray.core.errors import ClusterError, ConfigError, Conflict, JobFailed, NotFound, TimedOut
+from miles_ray.core.records import Attempt, RunRecord, as_record
 from miles_ray.core.runs import (ENDED, JobInfo, JobSubmitted, RunStatus, SavedCopySource, Stopped, head_change,
-                                 head_identity, lost_attempt, mark_lost)
+                                 head_identity)
 from miles_ray.core.submission import SubmitJob
 from miles_ray.services import saved_runs
 
@@ -25,13 +26,18 @@ def job_or_none(url: str, job_id: str) -> JobInfo | None:
         return None
 
 
+def _same_job(rec: RunRecord) -> tuple:
+    """What two submits of one run share when they make the same Ray job: the head, the job id, the recipe."""
+    return rec.address, rec.submission_id, rec.recipe_hash
+
+
 class RayJob:
     """The Ray job of ``record`` on its head. ``kube_context``/``kubeconfig`` override how the record says its
     head on Kubernetes is reached; ``url``: the head already open (submit holds it)."""
 
-    def __init__(self, record: dict[str, Any], *, kube_context: str | None = None, kubeconfig: str | None = None,
-                 url: str | None = None) -> None:
-        self.record = record
+    def __init__(self, record: RunRecord | dict[str, Any], *, kube_context: str | None = None,
+                 kubeconfig: str | None = None, url: str | None = None) -> None:
+        self.record = as_record(record)
         self.kube_context = kube_context
         self.kubeconfig = kubeconfig
         self.url = url
@@ -40,27 +46,27 @@ class RayJob:
     def _head(self) -> Iterator[str]:
         rec = self.record
         with (nullcontext(self.url) if self.url else
-              open_head(rec["address"], kube_context=self.kube_context or rec.get("kube_context"),
-                        kubeconfig=self.kubeconfig or rec.get("kubeconfig"))) as url:
+              open_head(rec.address, kube_context=self.kube_context or rec.kube_context,
+                        kubeconfig=self.kubeconfig or rec.kubeconfig)) as url:
             yield url
 
     # -- the head the job started on, against the head serving now ------------------------------------------------
 
-    def _mark_lost(self, why: str, now: dict[str, Any] | None) -> dict[str, Any]:
+    def _mark_lost(self, why: str, now: dict[str, Any] | None) -> Attempt:
         at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        self.record = mark_lost(self.record, at, why, now)
+        self.record = self.record.mark_lost(at, why, now)
         state.save_record(self.record)
-        return lost_attempt(self.record) or {}
+        return self.record.lost_attempt() or Attempt()
 
-    def lost_on(self, url: str, info: JobInfo | None) -> dict[str, Any] | None:
+    def lost_on(self, url: str, info: JobInfo | None) -> Attempt | None:
         """The run's current attempt, marked lost in its record, when its job died with the head it started on:
         the head serving ``url`` is another (another pod, or Ray's head node id differs) and the job (``info``:
         as that head has it, None: it has none) did not end and runs on no ALIVE node. None otherwise, and for a
         record that predates head identities."""
         rec = self.record
-        if lost_attempt(rec):
-            return lost_attempt(rec)
-        recorded = rec.get("head")
+        if rec.lost_attempt():
+            return rec.lost_attempt()
+        recorded = rec.head.model_dump() if rec.head is not None else None
         if not recorded or (info is not None and info.status in ENDED):
             return None
         if info is None:
@@ -86,12 +92,12 @@ class RayJob:
                 return None
         return self._mark_lost(why, now)
 
-    def head_lost(self) -> dict[str, Any] | None:
+    def head_lost(self) -> Attempt | None:
         """The run's current attempt if its job was lost with its head (compared with the head serving now;
         marked so in the record), else None. Unreachable is not lost, except for a local head whose process died."""
         try:
             with self._head() as url:
-                return self.lost_on(url, job_or_none(url, self.record["submission_id"]))
+                return self.lost_on(url, job_or_none(url, self.record.submission_id))
         except ClusterError:
             return self._lost_when_unreachable()
 
@@ -101,29 +107,29 @@ class RayJob:
         if info is None or info.status in ENDED:
             return
         if info.driver_node_id in ray_jobs.head_node(url)["alive"]:
-            raise Conflict(f"run {self.record['run']}: its job {info.job_id} is {info.status} on ALIVE node "
+            raise Conflict(f"run {self.record.run}: its job {info.job_id} is {info.status} on ALIVE node "
                            f"{info.driver_node_id} of the head now serving: not starting another",
-                           hint=f"stop it first ('miles-ray stop {self.record['run']}')")
+                           hint=f"stop it first ('miles-ray stop {self.record.run}')")
 
-    def _lost_when_unreachable(self) -> dict[str, Any] | None:
+    def _lost_when_unreachable(self) -> Attempt | None:
         """The head does not answer: the attempt is lost when its head is known gone (a local head whose process
         died), else None (unreachable is not lost)."""
         rec = self.record
-        if lost_attempt(rec):
-            return lost_attempt(rec)
-        if not rec.get("head"):
+        if rec.lost_attempt():
+            return rec.lost_attempt()
+        if not rec.head:
             return None
         saved = saved_runs.saved_status(rec)
         if saved is not None and saved.status in ENDED:
             return None
-        why = local_head_gone(rec["address"])
+        why = local_head_gone(rec.address)
         return self._mark_lost(why, None) if why else None
 
-    def _lost_logs(self, lost: dict[str, Any],
+    def _lost_logs(self, lost: Attempt,
                    on_saved_copy: Callable[[SavedCopySource], None] | None) -> Iterator[str]:
         saved = saved_runs.saved_logs(self.record)
         if saved is None:
-            raise JobFailed(f"run {self.record['run']}: the job FAILED, {lost.get('reason')}; its driver logs went "
+            raise JobFailed(f"run {self.record.run}: the job FAILED, {lost.reason}; its driver logs went "
                             "with that head (no copy was saved)",
                             hint=f"'miles-ray submit' of the same run starts its next attempt")
         if on_saved_copy:
@@ -141,9 +147,8 @@ class RayJob:
                 owns_record = True
             except ConfigError:
                 # A concurrent submit of this same run wrote the record first: same job id, so Ray keeps one job.
-                other = state.read_json(state.record_path(job.run))
-                if not other or (other.get("address"), other.get("submission_id"), other.get("recipe_hash")) != (
-                        job.record["address"], job.record["submission_id"], job.record["recipe_hash"]):
+                other, mine = state.read_json(state.record_path(job.run)), as_record(job.record)
+                if not other or _same_job(as_record(other)) != _same_job(mine):
                     raise
         with self._head() as url:
             try:
@@ -163,13 +168,13 @@ class RayJob:
         """The job's info from its head; once the head (or its job) is gone, from the saved copy (``saved_copy``
         says where and when it was saved). A job seen ended is saved."""
         rec = self.record
-        lost = lost_attempt(rec)
+        lost = rec.lost_attempt()
         if lost:
             return RunStatus.of_lost(rec, lost)
         try:
             with self._head() as url:
                 try:
-                    info = ray_jobs.status(url, rec["submission_id"])
+                    info = ray_jobs.status(url, rec.submission_id)
                 except NotFound:
                     lost = self.lost_on(url, None)
                     if lost:
@@ -192,11 +197,11 @@ class RayJob:
 
     def live_state(self) -> str:
         """The job's state, ``UNREACHABLE`` when its head does not answer, ``UNKNOWN`` when it has no such job."""
-        if lost_attempt(self.record):
+        if self.record.lost_attempt():
             return "FAILED"
         try:
             with self._head() as url:
-                job = job_or_none(url, self.record["submission_id"])
+                job = job_or_none(url, self.record.submission_id)
                 if self.lost_on(url, job):
                     return "FAILED"
         except ClusterError:
@@ -207,26 +212,26 @@ class RayJob:
         """The job's driver logs from its head (followed until the job ends: then they are saved); once the head
         (or its job) is gone, the saved copy, after calling ``on_saved_copy`` with where and when it was saved."""
         rec = self.record
-        lost = lost_attempt(rec)
+        lost = rec.lost_attempt()
         if lost:
             yield from self._lost_logs(lost, on_saved_copy)
             return
         yielded = False
         try:
             with self._head() as url:
-                if rec.get("head"):
-                    lost = self.lost_on(url, job_or_none(url, rec["submission_id"]))
+                if rec.head:
+                    lost = self.lost_on(url, job_or_none(url, rec.submission_id))
                 if lost:
                     yielded = True
                     yield from self._lost_logs(lost, on_saved_copy)
                     return
                 if follow:
-                    for chunk in ray_jobs.follow_logs(url, rec["submission_id"]):
+                    for chunk in ray_jobs.follow_logs(url, rec.submission_id):
                         yielded = True
                         yield chunk
-                    saved_runs.save_if_ended(rec, url, ray_jobs.status(url, rec["submission_id"]))
+                    saved_runs.save_if_ended(rec, url, ray_jobs.status(url, rec.submission_id))
                 else:
-                    text = ray_jobs.logs(url, rec["submission_id"])
+                    text = ray_jobs.logs(url, rec.submission_id)
                     yielded = True
                     yield text
         except ClusterError:
@@ -246,14 +251,14 @@ class RayJob:
         ``ray job stop``: a stop returns once the job no longer holds its GPUs. ``TimedOut`` names its state."""
         rec = self.record
         with self._head() as url:
-            stopped = ray_jobs.stop(url, rec["submission_id"])
+            stopped = ray_jobs.stop(url, rec.submission_id)
             status = None
             if wait_timeout is not None:
                 try:
-                    info = ray_jobs.wait(url, rec["submission_id"], timeout=wait_timeout)
+                    info = ray_jobs.wait(url, rec.submission_id, timeout=wait_timeout)
                     status = info["status"]
                     saved_runs.save_if_ended(rec, url, info)
                 except TimedOut as e:
-                    raise TimedOut(f"run {rec['run']}: stop requested, but {e}",
-                                   hint=f"'miles-ray status {rec['run']}' shows when it has ended") from None
-        return Stopped(run=rec["run"], submission_id=rec["submission_id"], stopped=stopped, status=status)
+                    raise TimedOut(f"run {rec.run}: stop requested, but {e}",
+                                   hint=f"'miles-ray status {rec.run}' shows when it has ended") from None
+        return Stopped(run=rec.run, submission_id=rec.submission_id, stopped=stopped, status=status)

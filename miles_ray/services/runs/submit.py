@@ -22,6 +22,8 @@ from miles_ray.core.entrypoint import RUN_NAME, job_env
 from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, PlanError
 from miles_ray.core.heads import parse_head
 from miles_ray.core.progress import Progress, say
+from miles_ray.core.records import Attempt as RecordedAttempt
+from miles_ray.core.records import as_record
 from miles_ray.core.runs import (DryRunView, ExistingJob, ExistingRunRef, JobSubmitted, LauncherCommand,
                                  LauncherExec, LauncherJobCreated, run_checkpoints)
 from miles_ray.core.submission import (SubmitJob, SubmitRequest, SubmitTarget, ValidRequest, check_topology,
@@ -142,7 +144,7 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
             if job.existing is not None and job.kind == "ray-job" and job.reconcile_error is None and not (
                     recorded or {}).get("supervisor"):  # a supervised run's supervisor starts its attempts
                 prior = RayJob(recorded or job.existing, url=url)
-                info = job_or_none(url, job.existing["submission_id"])
+                info = job_or_none(url, job.existing_record.submission_id)
                 lost = prior.lost_on(url, info)
                 if lost is None and moved:
                     raise ConfigError(f"run {run!r} already exists on another cluster ({recorded['address']})",
@@ -180,14 +182,14 @@ def _plan_for_live_shape(cfg: MilesRayConfig, request: SubmitRequest, stored: st
 
 
 def _next_attempt(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarget, job: SubmitJob,
-                  lost: dict[str, Any]) -> SubmitJob:
+                  lost: RecordedAttempt) -> SubmitJob:
     """The next attempt of ``job``'s run, whose job was lost with its head (``lost``: that attempt): a new
     submission id, resuming from the run's checkpoints (direct mode; a rehearsal writes none and starts again).
     Refused where that is not safe: a launcher (the upstream launcher decides where it loads from), or a job that
     saves no checkpoints (it would start over in the same output dir)."""
     prior = dict(job.existing or {})
     run = prior["run"]
-    why = f"run {run}'s job was lost with its head ({lost.get('reason')})"
+    why = f"run {run}'s job was lost with its head ({lost.reason})"
     if prior.get("mode") == "launcher":
         raise ConfigError(f"{why}; a launcher is not started again by itself (the upstream launcher decides where "
                           "it loads checkpoints from)", hint=f"start a new run from its checkpoints: 'miles-ray "
@@ -200,8 +202,8 @@ def _next_attempt(cfg: MilesRayConfig, valid: ValidRequest, target: SubmitTarget
         resume = prior
     nxt = prepare_submit(cfg, valid, target, created=_now(), launchers_dir=str(launchers_dir()), resume=resume,
                          environ=os.environ, replaces=prior)
-    return replace(nxt, warnings=(*nxt.warnings, f"run {run}: attempt {lost.get('attempt') or 1} was lost with its "
-                                                 f"head ({lost.get('reason')}); submitting attempt {nxt.attempt}"
+    return replace(nxt, warnings=(*nxt.warnings, f"run {run}: attempt {lost.attempt or 1} was lost with its "
+                                                 f"head ({lost.reason}); submitting attempt {nxt.attempt}"
                                                  + (f", resuming from {nxt.resume.checkpoint_dir}" if nxt.resume
                                                     else "")))
 
@@ -242,8 +244,8 @@ def dry_run_view(job: SubmitJob, mode: str) -> DryRunView:
     if job.operation is not None:
         view.operation = job.operation
     if job.existing is not None:
-        view.existing_run = ExistingRunRef(submission_id=job.existing.get("submission_id"),
-                                           output_dir=job.existing.get("output_dir"))
+        view.existing_run = ExistingRunRef(submission_id=job.existing_record.submission_id,
+                                           output_dir=job.existing_record.output_dir)
     return view
 
 
@@ -253,20 +255,20 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
     plan (waiting for nodes if asked); direct mode: the Miles commit in the image vs the catalog's; the data
     preflight; the head's Ray version; then the backend records the run and creates its job (a launcher to run
     here: its record only)."""
-    if job.existing is not None and job.existing.get("supervisor"):  # its supervisor submits its attempts
+    if job.existing is not None and job.existing_record.supervisor:  # its supervisor submits its attempts
         supervised = SupervisedRun(job.existing, url=url)
         revived = supervised.revive()
-        return ExistingJob(run=job.run, submission_id=job.existing["submission_id"], created=False,
+        return ExistingJob(run=job.run, submission_id=job.existing_record.submission_id, created=False,
                            address=job.address, status=supervised.live_state(),
-                           record=str(state.record_path(job.run)), output_dir=job.existing["output_dir"],
+                           record=str(state.record_path(job.run)), output_dir=job.existing_record.output_dir,
                            warnings=[f"run {job.run}: its supervisor was not running; started it again (it adopts "
                                      "the running attempt, or carries the run on)"] if revived else [])
     if job.existing is not None:
-        found = job_or_none(url, job.existing["submission_id"])
+        found = job_or_none(url, job.existing_record.submission_id)
         if found is not None:
-            return ExistingJob(run=job.run, submission_id=job.existing["submission_id"], created=False,
+            return ExistingJob(run=job.run, submission_id=job.existing_record.submission_id, created=False,
                                address=job.address, status=found.status, record=str(state.record_path(job.run)),
-                               output_dir=job.existing["output_dir"])
+                               output_dir=job.existing_record.output_dir)
         if job.reconcile_error is not None:
             raise job.reconcile_error
 
@@ -283,10 +285,10 @@ def _execute(cfg: MilesRayConfig, job: SubmitJob, url: str, progress: Progress,
                            hint=topology_fix(topology, job.plan))
     version = None
     python = payload_python(job.address)
-    direct = job.kind == "ray-job" and job.record["mode"] == "direct"
+    direct = job.kind == "ray-job" and job.run_record.mode == "direct"
     # the two probe jobs run side by side; a Miles refusal is still the error said first
     image_check, report = side_by_side(
-        (lambda: check_image_miles(cfg, url, python, asserted=job.record.get("miles_commit"),
+        (lambda: check_image_miles(cfg, url, python, asserted=job.run_record.miles_commit,
                                    allow_drift=allow_miles_drift, progress=progress)) if direct else None,
         (lambda: run_data_check(cfg, url, job.recipe, job.resume, python=python,
                                 progress=progress)) if job.check_data else None)
@@ -332,7 +334,7 @@ def launcher_command(cfg: MilesRayConfig, launch: LauncherExec) -> LauncherComma
         env.update({ray_auth.MODE_ENV: "token", ray_auth.TOKEN_PATH_ENV: token_path})
     elif ray_auth.token_from_env():
         env[ray_auth.MODE_ENV] = "token"
-    return LauncherCommand(argv=shlex.split(launch.record["entrypoint"]), env=env, cwd=cfg.miles_root)
+    return LauncherCommand(argv=shlex.split(as_record(launch.record).entrypoint), env=env, cwd=cfg.miles_root)
 
 
 def exec_launcher(command: LauncherCommand) -> NoReturn:

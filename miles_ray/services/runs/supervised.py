@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterator, Protocol
 from miles_ray.adapters import ray_auth, ray_jobs, state
 from miles_ray.adapters.local_ray.supervisor import LocalSupervisor
 from miles_ray.adapters.ray_head import local_token_path
-from miles_ray.core.errors import ClusterError, ConfigError
+from miles_ray.core.errors import ClusterError, ConfigError, NotFound
+from miles_ray.core.records import Attempt as RecordedAttempt, Controller, RunRecord, as_record
 from miles_ray.core.runs import Attempt, JobSubmitted, RunStatus, SavedCopySource, Stopped, SupervisorState
 from miles_ray.core.submission import SubmitJob
 from miles_ray.core.supervision import (LIVE, attempt_of, attempt_submission_id, final_status,
@@ -68,33 +69,34 @@ HANDLES: dict[str, Callable[[str, dict[str, Any] | None], SupervisorHandle]] = {
 }
 
 
-def handle_for(record: dict[str, Any]) -> SupervisorHandle:
-    sup = record.get("supervisor") or {}
-    factory = HANDLES.get(sup.get("kind"))
+def handle_for(record: RunRecord | dict[str, Any]) -> SupervisorHandle:
+    rec = as_record(record)
+    sup = rec.supervisor or Controller()
+    factory = HANDLES.get(sup.kind or "")
     if factory is None:
-        raise ConfigError(f"run {record['run']} has a supervisor of kind {sup.get('kind')!r}, which this miles-ray "
+        raise ConfigError(f"run {rec.run} has a supervisor of kind {sup.kind!r}, which this miles-ray "
                           "does not know", hint="upgrade miles-ray")
-    return factory(record["run"], sup.get("where"))
+    return factory(rec.run, sup.where)
 
 
-def stop_supervisors(records: list[dict[str, Any]]) -> list[str]:
+def stop_supervisors(records: list[RunRecord] | list[dict[str, Any]]) -> list[str]:
     """Stop the supervisor of every supervised run in ``records`` (their cluster is going down: nothing could carry
     them on); the runs whose supervisor was stopped."""
     stopped = []
-    for rec in records:
-        if rec.get("supervisor"):
+    for rec in map(as_record, records):
+        if rec.supervisor:
             handle_for(rec).stop()
-            stopped.append(rec["run"])
+            stopped.append(rec.run)
     return stopped
 
 
-def save_supervisor_events(records: list[dict[str, Any]]) -> None:
+def save_supervisor_events(records: list[RunRecord] | list[dict[str, Any]]) -> None:
     """Keep the supervisor events of every supervised run in ``records`` in its saved copy (their cluster is going
     down or being parked: a supervisor beside it may go with it); a supervisor that cannot be read is skipped."""
-    for rec in records:
-        if rec.get("supervisor"):
+    for rec in map(as_record, records):
+        if rec.supervisor:
             try:
-                saved_runs.save_events(rec["run"], handle_for(rec).events())
+                saved_runs.save_events(rec.run, handle_for(rec).events())
             except (ClusterError, ConfigError):
                 continue
 
@@ -111,9 +113,9 @@ def _now() -> str:
 class SupervisedRun:
     """The run backend of a supervised run (see the module docstring)."""
 
-    def __init__(self, record: dict[str, Any], *, kube_context: str | None = None, kubeconfig: str | None = None,
-                 url: str | None = None) -> None:
-        self.record = record
+    def __init__(self, record: RunRecord | dict[str, Any], *, kube_context: str | None = None,
+                 kubeconfig: str | None = None, url: str | None = None) -> None:
+        self.record = as_record(record)
         self.kube_context = kube_context
         self.kubeconfig = kubeconfig
         self.url = url
@@ -124,7 +126,7 @@ class SupervisedRun:
         supervisor cannot be started."""
         if self.url is None:
             raise ClusterError(f"run {job.run}: no head to supervise")
-        handle = HANDLES[job.record["supervisor"]["kind"]](job.run, None)
+        handle = HANDLES[as_record(job.record).supervisor.kind](job.run, None)
         token_file = local_token_path(self.url)
         if token_file is None and ray_auth.token_for(self.url):
             token_file = handle.token_file(ray_auth.token_for(self.url) or "")
@@ -136,7 +138,7 @@ class SupervisedRun:
             resume = {**resume, "runtime_env": ray_jobs.upload_working_dir(self.url, resume["runtime_env"],
                                                                            job.submission_id)}
             job = replace(job, supervision={**(job.supervision or {}), "resume_job": resume})
-        record = {**job.record, "attempts": []}
+        record = as_record({**job.record, "attempts": []})
         # a resumed run shares the output dir of the run it resumes (as RayJob.submit: no create_record's refusal)
         state.create_record(record) if job.existing is None and not job.resumed_from else state.save_record(record)
         try:
@@ -147,12 +149,12 @@ class SupervisedRun:
             else:
                 state.save_record(job.existing)
             raise
-        record["supervisor"] = {**record["supervisor"], "where": where, "started": _now()}
+        record.supervisor = Controller.model_validate({**record.supervisor.model_dump(), "where": where,
+                                                       "started": _now()})
         state.save_record(record)
         return JobSubmitted(run=job.run, submission_id=job.submission_id, created=True, address=job.address,
                             record=str(state.record_path(job.run)), output_dir=job.output_dir,
-                            entrypoint=job.entrypoint, status="PENDING",
-                            max_restarts=record["supervisor"].get("max_restarts"))
+                            entrypoint=job.entrypoint, status="PENDING", max_restarts=record.supervisor.max_restarts)
 
     def revive(self) -> bool:
         """Start the run's supervisor again when it is gone before the run finished or was stopped (this machine
@@ -161,7 +163,7 @@ class SupervisedRun:
         handle = handle_for(self.record)
         restart = getattr(handle, "restart", None)
         _, _, final = self._events()
-        if restart is None or final is not None or (self.record.get("supervisor") or {}).get("stopped_at"):
+        if restart is None or final is not None or self._stopped_at():
             return False
         return bool(restart())
 
@@ -170,15 +172,18 @@ class SupervisedRun:
         handle = handle_for(self.record)
         events = handle.events()
         if not events:  # the supervisor's own account is gone (its files, its pod): the copy kept with the run's
-            saved = state.read_json(state.saved_dir(self.record["run"]) / saved_runs.SAVED_EVENTS)
+            saved = state.read_json(state.saved_dir(self.record.run) / saved_runs.SAVED_EVENTS)
             events = saved if isinstance(saved, list) else events
         return events, fold_attempts(events), final_status(events)
 
+    def _stopped_at(self) -> str | None:
+        return self.record.supervisor.stopped_at if self.record.supervisor is not None else None
+
     def _attempt_job(self, attempt: dict[str, Any]) -> RayJob:
         """The Ray job of one attempt (a record copy under the attempt's submission id; never saved)."""
-        rec = {**self.record, "submission_id": attempt.get("submission_id") or attempt_submission_id(
-            self.record["submission_id"], attempt["attempt"]), "run_submission_id": self.record["submission_id"],
-               "head": None, "attempts": None}
+        rec = self.record.job_of_attempt(attempt.get("submission_id") or attempt_submission_id(
+            self.record.submission_id, attempt["attempt"]))
+        rec.head, rec.attempts = None, None
         return RayJob(rec, kube_context=self.kube_context, kubeconfig=self.kubeconfig, url=self.url)
 
     def _save_ended(self, events: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> None:
@@ -194,26 +199,30 @@ class SupervisedRun:
                     for a in ended:
                         rec = self._attempt_job(a).record
                         try:
-                            saved_runs.save_if_ended(rec, url, ray_jobs.status(url, rec["submission_id"]))
+                            saved_runs.save_if_ended(rec, url, ray_jobs.status(url, rec.submission_id))
                         except ClusterError:
                             continue
             except ClusterError:
                 pass
-        if events and events != state.read_json(state.saved_dir(self.record["run"]) / saved_runs.SAVED_EVENTS):
-            saved_runs.save_events(self.record["run"], events)
+        if events and events != state.read_json(state.saved_dir(self.record.run) / saved_runs.SAVED_EVENTS):
+            saved_runs.save_events(self.record.run, events)
 
     def _sync(self, attempts: list[dict[str, Any]]) -> None:
         """Keep the record's ``attempts`` as the supervisor says (``runs`` counts them)."""
-        if attempts and attempts != self.record.get("attempts"):
-            self.record = {**self.record, "attempts": attempts}
-            current = state.read_json(state.record_path(self.record["run"])) or {}
-            state.save_record({**current, "attempts": attempts} if current else self.record)
+        if attempts and attempts != [a.model_dump(mode="json") for a in self.record.attempts or []]:
+            def keep(record: RunRecord) -> None:
+                record.attempts = attempts
+
+            try:  # under the record's lock: a 'stop' writing it meanwhile keeps its change, this one too
+                self.record = state.RunStore.update(self.record.run, keep)
+            except NotFound:  # its record went meanwhile (a failed submit took it back): nothing to keep
+                self.record.attempts = attempts
 
     def supervisor_state(self, final: dict[str, Any] | None) -> SupervisorState:
-        sup = self.record.get("supervisor") or {}
-        return SupervisorState(kind=sup.get("kind") or "?", max_restarts=sup.get("max_restarts") or 0,
+        sup = self.record.supervisor or Controller()
+        return SupervisorState(kind=sup.kind or "?", max_restarts=sup.max_restarts or 0,
                                alive=handle_for(self.record).alive(), finished=final.get("status") if final else None,
-                               reason=final.get("reason") if final else None, stopped_at=sup.get("stopped_at"))
+                               reason=final.get("reason") if final else None, stopped_at=sup.stopped_at)
 
     def state(self) -> RunStatus:
         rec = self.record
@@ -222,10 +231,10 @@ class SupervisedRun:
         self._save_ended(events, attempts)
         sup = self.supervisor_state(final)
         views = [Attempt.of(a) for a in attempts]
-        base = dict(run=rec["run"], address=rec["address"], output_dir=rec["output_dir"], recipe=rec["recipe"],
-                    mode=rec["mode"], attempts=views, supervisor=sup)
+        base = dict(run=rec.run, address=rec.address, output_dir=rec.output_dir, recipe=rec.recipe,
+                    mode=rec.mode, attempts=views, supervisor=sup)
         current = attempts[-1] if attempts else None
-        sid = (current or {}).get("submission_id") or rec["submission_id"]
+        sid = (current or {}).get("submission_id") or rec.submission_id
         if final is not None:
             return RunStatus(submission_id=sid, status=final.get("status"), message=final.get("reason"), **base)
         if sup.stopped_at:
@@ -259,7 +268,7 @@ class SupervisedRun:
         self._sync(attempts)
         if final is not None:
             return str(final.get("status"))
-        if (self.record.get("supervisor") or {}).get("stopped_at"):
+        if self._stopped_at():
             return "STOPPED"
         if not attempts or attempts[-1].get("ended"):
             return "PENDING"
@@ -268,7 +277,7 @@ class SupervisedRun:
             return "PENDING"  # its supervisor has not decided yet whether it retries
         return live
 
-    def head_lost(self) -> dict[str, Any] | None:
+    def head_lost(self) -> RecordedAttempt | None:
         return None  # the supervisor finds a lost head itself and starts the next attempt
 
     def logs(self, follow: bool, on_saved_copy: Callable[[SavedCopySource], None] | None = None) -> Iterator[str]:
@@ -304,7 +313,7 @@ class SupervisedRun:
                 break
             time.sleep(1.0)
         if unreadable:
-            raise ClusterError(f"run {self.record['run']}: the logs of {len(unreadable)} of {len(done)} attempts could "
+            raise ClusterError(f"run {self.record.run}: the logs of {len(unreadable)} of {len(done)} attempts could "
                                f"not be read (neither on the head nor saved): {'; '.join(unreadable.values())}")
 
     # -- stop ---------------------------------------------------------------------------------------------------
@@ -319,15 +328,18 @@ class SupervisedRun:
             result = self._attempt_job(current).stop(wait_timeout)
         handle_for(rec).stop()
         stopped_more = self._stop_live_attempts()
-        sup = dict(rec.get("supervisor") or {})
-        if final is None and not sup.get("stopped_at"):
-            sup["stopped_at"] = _now()
-            self.record = {**(state.read_json(state.record_path(rec["run"])) or rec), "supervisor": sup}
-            state.save_record(self.record)
-        sid = (current or {}).get("submission_id") or rec["submission_id"]
+        if final is None and not self._stopped_at():
+            at = _now()
+
+            def stopped(record: RunRecord) -> None:
+                sup = record.supervisor or rec.supervisor or Controller()
+                record.supervisor = Controller.model_validate({**sup.model_dump(mode="json"), "stopped_at": at})
+
+            self.record = state.RunStore.update(rec.run, stopped)  # under the record's lock
+        sid = (current or {}).get("submission_id") or rec.submission_id
         if result is not None:
-            return Stopped(run=rec["run"], submission_id=sid, stopped=result.stopped, status=result.status)
-        return Stopped(run=rec["run"], submission_id=sid, stopped=final is None or stopped_more,
+            return Stopped(run=rec.run, submission_id=sid, stopped=result.stopped, status=result.status)
+        return Stopped(run=rec.run, submission_id=sid, stopped=final is None or stopped_more,
                        status="STOPPED" if final is None else final.get("status"))
 
     def _stop_live_attempts(self) -> bool:
@@ -338,7 +350,7 @@ class SupervisedRun:
             with job._head() as url:  # noqa: SLF001 - the same head
                 for info in ray_jobs.list_jobs(url):
                     sid = info.get("job_id") or ""
-                    if attempt_of(rec["submission_id"], sid) and info.get("status") in LIVE:
+                    if attempt_of(rec.submission_id, sid) and info.get("status") in LIVE:
                         ray_jobs.stop(url, sid)
                         stopped = True
         except ClusterError:

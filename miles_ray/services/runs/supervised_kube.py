@@ -47,10 +47,10 @@ class KubeSupervisor:
     def where(self) -> dict[str, Any]:
         """Where the supervisor is; before its start, from the run's record (created before the start)."""
         if self._where is None:
-            record = state.load_record(self.run)
-            head = parse_head(record["address"])
+            record = state.RunStore.load(self.run)
+            head = parse_head(record.address)
             self._where = {"namespace": head.namespace, "cluster": head.name,
-                           "kube_context": record.get("kube_context"), "kubeconfig": record.get("kubeconfig")}
+                           "kube_context": record.kube_context, "kubeconfig": record.kubeconfig}
         return self._where
 
     @property

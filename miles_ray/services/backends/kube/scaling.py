@@ -86,17 +86,17 @@ def refuse_shrink(cfg: MilesRayConfig, name: str, nodes: int) -> None:
     cannot be read (--force overrides)."""
     on_it = saved_runs.records_on([k8s_address(cfg.namespace, name), service_url(cfg.namespace, name)])
     for rec in on_it:
-        if rec.get("cluster") != cfg.name:
+        if rec.cluster != cfg.name:
             continue
-        need = int(rec.get("split", {}).get("nodes", 0))
+        need = int((rec.split or {}).get("nodes", 0))
         if need <= nodes:
             continue
         st = live_status(rec)
         if st in {"PENDING", "RUNNING"}:
-            raise ConfigError(f"run {rec['run']!r} is {st} and needs {need} GPU nodes; refusing to scale to {nodes}",
+            raise ConfigError(f"run {rec.run!r} is {st} and needs {need} GPU nodes; refusing to scale to {nodes}",
                               hint="stop the run first, or pass --force")
         if st == "UNREACHABLE":
-            raise ConfigError(f"cannot tell whether run {rec['run']!r} (needs {need} GPU nodes) is still running",
+            raise ConfigError(f"cannot tell whether run {rec.run!r} (needs {need} GPU nodes) is still running",
                               hint="check with 'miles-ray status RUN', or pass --force")
 
 

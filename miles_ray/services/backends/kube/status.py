@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from miles_ray.adapters import kube, polyaxon_api, ray_jobs
+from miles_ray.adapters import kube, ray_jobs
 from miles_ray.adapters.ray_head import open_head
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.errors import ClusterError, ConfigError
 from miles_ray.core.heads import k8s_address
 from miles_ray.core.queues import kueue_pending_reason, kueue_queue_of, kueue_queued
+from miles_ray.services import polyaxon_where
 from miles_ray.services.backends.kube.bookkeeping import cluster_record, get_raycluster
 from miles_ray.services.backends.results import KubeStatus
 
@@ -49,8 +50,9 @@ def raycluster_status(cfg: MilesRayConfig, api, name: str, with_ray: bool = Fals
     if rec.get("polyaxon_uuid"):
         out["polyaxon_uuid"] = rec["polyaxon_uuid"]
         try:
-            run = polyaxon_api.PolyaxonApi(host=cfg.polyaxon_host, retries=1).get_run(
-                rec["polyaxon_owner"], rec["polyaxon_project"], rec["polyaxon_uuid"], with_conditions=False)
+            ref = polyaxon_where.resolve("cluster", rec, cfg)
+            run = polyaxon_where.client(ref, retries=1).get_run(ref.owner, ref.project, ref.uuid,
+                                                                with_conditions=False)
             out["polyaxon_status"] = run.get("status")
         except (ClusterError, ConfigError) as e:  # status must still show the cluster
             out["polyaxon_status"] = f"unknown ({str(e).splitlines()[0][:120]})"
