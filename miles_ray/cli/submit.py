@@ -15,7 +15,7 @@ from miles_ray.cli.common import (AllowUnpinnedOpt, ConfigOpt, GpuMemoryOpt, Gpu
 from miles_ray.cli.options import ClusterFlags, cluster_options
 from miles_ray.cli.views import read_logs
 from miles_ray.core.runs import DryRunView, LauncherExec
-from miles_ray.core.errors import PlanError
+from miles_ray.core.errors import MemoryMisfit, PlanError
 from miles_ray.core.submission import SubmitRequest, split_extra_args, validate_request
 from miles_ray.services.runs.submit import exec_launcher, launcher_command, submit
 
@@ -107,9 +107,11 @@ def submit_cmd(
 
     try:
         validate_request(cfg, request)  # bad input fails here, before any progress line
-    except PlanError:
-        if not request.shape_from_cluster or dry_run is DryRun.client:
-            raise  # (without -N/-G the split is planned again for the live cluster's shape, by the service)
+    except PlanError as e:
+        # without -N/-G the split is planned again for the live cluster's shape, and on Kubernetes a misfit is told
+        # after what the GPU nodes' labels say, by the service
+        if not (request.shape_from_cluster or isinstance(e, MemoryMisfit)) or dry_run is DryRun.client:
+            raise
 
     def send(progress=None):
         return submit(cfg, request, address=address, backend=cluster.backend.value, progress=progress,

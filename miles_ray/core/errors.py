@@ -78,6 +78,10 @@ class PlanError(MilesRayError):
         self.violations = violations or []
 
 
+class MemoryMisfit(PlanError):
+    """The job's memory estimate does not fit the GPUs, the pods or the claim (miles_ray.core.memory.check_fit)."""
+
+
 # -- a cluster or service failed (exit 1) -------------------------------------------------------------
 class ClusterError(MilesRayError):
     """A cluster or service (Kubernetes, Polyaxon, Ray) is missing, unreachable or refused.

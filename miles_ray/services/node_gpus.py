@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from miles_ray.adapters import kube
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ClusterError, ConfigError, PlanError
+from miles_ray.core.errors import ClusterError, ConfigError
 from miles_ray.core.heads import parse_head
-from miles_ray.core.memory import GIB, MEMORY_LABEL, MIB, PRODUCT_LABEL, LabelledGpu, gpu_memory_from_labels, parse_size
+from miles_ray.core.memory import GIB, MEMORY_LABEL, PRODUCT_LABEL, LabelledGpu, gpu_memory_from_labels, parse_size
 from miles_ray.core.progress import Progress, say
-from miles_ray.core.submission import SubmitRequest, ValidRequest, validate_request
+from miles_ray.core.submission import SubmitRequest
 
 __all__ = ["cluster_gpu_memory", "labelled_gpu_memory", "memory_on_cluster"]
 
@@ -36,49 +36,44 @@ def labelled_gpu_memory(cfg: MilesRayConfig, address: str) -> LabelledGpu | None
     return gpu_memory_from_labels(nodes)
 
 
-def cluster_gpu_memory(cfg: MilesRayConfig, address: str) -> tuple[MilesRayConfig, str | None]:
-    """``cfg`` for the memory check on the cluster at ``address`` (its ``gpu_memory`` from the nodes' labels when
-    none is configured) and the one notice that says where the GPU memory comes from (None: not a Kubernetes
-    head). ConfigError: a label this tool cannot read, and nothing configured."""
+def cluster_gpu_memory(cfg: MilesRayConfig, address: str) -> tuple[LabelledGpu | None, str | None]:
+    """What the GPU nodes' labels of the cluster at ``address`` give the memory check (None: ``gpu_memory`` is
+    configured and wins, no label says, or not a Kubernetes head; :func:`~miles_ray.core.memory.check_fit` takes
+    it as ``labelled``) and the one notice that says where the GPU memory comes from (None: nothing to say).
+    ConfigError: a label this tool cannot read, and nothing configured."""
     if cfg.gpu_memory:
         try:
             labelled = labelled_gpu_memory(cfg, address)
         except ConfigError:  # an unknown product: the configured size is what is held against
             labelled = LabelledGpu(gpu_bytes=None, source="the nodes' GPU product label is not a known one")
         if labelled is None:
-            return cfg, None
+            return None, None
         configured = parse_size(cfg.gpu_memory, what="gpu_memory")
         if labelled.gpu_bytes is None:
-            return cfg, f"{labelled.source or NO_LABELS}: the memory check uses gpu_memory {cfg.gpu_memory}"
+            return None, f"{labelled.source or NO_LABELS}: the memory check uses gpu_memory {cfg.gpu_memory}"
         if abs(labelled.gpu_bytes - configured) > 0.01 * configured:
-            return cfg, (f"the memory check uses gpu_memory {cfg.gpu_memory} ({configured / GIB:.1f} GiB), not "
-                         f"{labelled.source} ({labelled.gpu_bytes / GIB:.1f} GiB)")
-        return cfg, None
+            return None, (f"the memory check uses gpu_memory {cfg.gpu_memory} ({configured / GIB:.1f} GiB), not "
+                          f"{labelled.source} ({labelled.gpu_bytes / GIB:.1f} GiB)")
+        return None, None
     labelled = labelled_gpu_memory(cfg, address)
     if labelled is None:
-        return cfg, None
+        return None, None
     if labelled.gpu_bytes is None:
-        return cfg, (f"GPU memory unknown: {labelled.source or NO_LABELS} and neither --gpu-memory nor gpu_memory "
-                     "is set: the GPU parts of the memory estimate are not checked")
+        return None, (f"GPU memory unknown: {labelled.source or NO_LABELS} and neither --gpu-memory nor gpu_memory "
+                      "is set: the GPU parts of the memory estimate are not checked")
     unlabelled = f"; {len(labelled.unlabelled)} GPU node(s) without one" if labelled.unlabelled else ""
-    return (cfg.model_copy(update={"gpu_memory": f"{labelled.gpu_bytes // MIB}MiB"}),
-            f"GPU memory {labelled.gpu_bytes / GIB:.1f} GiB per GPU from {labelled.source}{unlabelled}")
+    return labelled, f"GPU memory {labelled.gpu_bytes / GIB:.1f} GiB per GPU from {labelled.source}{unlabelled}"
 
 
 def memory_on_cluster(cfg: MilesRayConfig, request: SubmitRequest, address: str,
-                      progress: Progress) -> tuple[MilesRayConfig, ValidRequest] | None:
-    """submit on a Kubernetes head: the request validated again with the GPU memory the nodes' labels say (a
-    misfit is refused, one line naming the labels, before anything is recorded); None when nothing changed."""
+                      progress: Progress) -> LabelledGpu | None:
+    """submit on a Kubernetes head: what the GPU nodes' labels say of one GPU's memory, for the request to be
+    validated with (its misfit line then names the label); where the GPU memory comes from is said in one notice.
+    None: nothing to add (not a Kubernetes head, ``gpu_memory`` configured, no label says, a rehearsal, or
+    --no-memory-check)."""
     if request.rehearse or request.no_memory_check:
         return None
-    live, notice = cluster_gpu_memory(cfg, address)
+    labelled, notice = cluster_gpu_memory(cfg, address)
     if notice:
         say(progress, f"notice: {notice}")
-    if live is cfg:
-        return None
-    try:
-        return live, validate_request(live, request)
-    except PlanError as e:
-        source = (notice or "").partition(" from ")[2]
-        message = e.message.replace(" does not fit: ", f" does not fit (GPU memory from {source}): ", 1)
-        raise PlanError(message, violations=e.violations, hint=e.hint) from None
+    return labelled

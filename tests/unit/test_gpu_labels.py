@@ -13,9 +13,9 @@ from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1
 from miles_ray.adapters import kube
 from miles_ray.adapters.kube import gpu_nodes
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ConfigError, Forbidden, PlanError
+from miles_ray.core.errors import ConfigError, Forbidden, MemoryMisfit
 from miles_ray.core.memory import GIB, MIB, gpu_memory_from_labels
-from miles_ray.core.submission import SubmitRequest
+from miles_ray.core.submission import SubmitRequest, validate_request
 from miles_ray.services import node_gpus
 from tests.conftest import IMAGE
 
@@ -133,54 +133,58 @@ def labels(monkeypatch):
 
 def test_labels_give_the_gpu_memory_when_nothing_is_configured(labels) -> None:
     labels.nodes = {"g0": gfd(H100_MIB), "g1": gfd(H100_MIB)}
-    cfg, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(), ADDRESS)
-    assert cfg.gpu_memory == "81559MiB" and "79.6 GiB per GPU from the nodes' label nvidia.com/gpu.memory" in notice
+    labelled, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(), ADDRESS)
+    assert labelled.gpu_bytes == H100_MIB * MIB and "79.6 GiB per GPU from the nodes' label nvidia.com/gpu.memory" \
+        in notice
 
 
 def test_configured_gpu_memory_wins_and_a_different_label_is_said(labels) -> None:
     labels.nodes = {"g0": gfd(H100_MIB)}
-    cfg, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="40GiB"), ADDRESS)
-    assert cfg.gpu_memory == "40GiB" and "uses gpu_memory 40GiB" in notice and "79.6 GiB" in notice
-    assert node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="81559MiB"), ADDRESS)[1] is None
+    labelled, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="40GiB"), ADDRESS)
+    assert labelled is None and "uses gpu_memory 40GiB" in notice and "79.6 GiB" in notice
+    assert node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="81559MiB"), ADDRESS) == (None, None)
 
 
 def test_labels_that_say_nothing_fall_back_to_the_config_and_say_so(labels) -> None:
     labels.nodes = {"g0": {}}
-    cfg, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="80GiB"), ADDRESS)
-    assert cfg.gpu_memory == "80GiB" and "carry no nvidia.com/gpu.memory" in notice and "gpu_memory 80GiB" in notice
-    cfg, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(), ADDRESS)
-    assert cfg.gpu_memory is None and notice.startswith("GPU memory unknown") and "not checked" in notice
+    labelled, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="80GiB"), ADDRESS)
+    assert labelled is None and "carry no nvidia.com/gpu.memory" in notice and "gpu_memory 80GiB" in notice
+    labelled, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(), ADDRESS)
+    assert labelled is None and notice.startswith("GPU memory unknown") and "not checked" in notice
 
 
 def test_nodes_that_cannot_be_read_fall_back_and_say_why(labels) -> None:
     labels.nodes = Forbidden("forbidden: list the GPU nodes' labels: nodes is forbidden")
-    cfg, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="80GiB"), ADDRESS)
-    assert cfg.gpu_memory == "80GiB" and "cannot be read (forbidden" in notice
+    labelled, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="80GiB"), ADDRESS)
+    assert labelled is None and "cannot be read (forbidden" in notice
 
 
 def test_an_unknown_product_is_refused_unless_configured(labels) -> None:
     labels.nodes = {"g0": gfd(product="NVIDIA-Imaginary-9000")}
     with pytest.raises(ConfigError, match="NVIDIA-Imaginary-9000"):
         node_gpus.cluster_gpu_memory(MilesRayConfig(), ADDRESS)
-    assert node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="80GiB"), ADDRESS)[0].gpu_memory == "80GiB"
+    labelled, notice = node_gpus.cluster_gpu_memory(MilesRayConfig(gpu_memory="80GiB"), ADDRESS)
+    assert labelled is None and "is not a known one: the memory check uses gpu_memory 80GiB" in notice
 
 
 def test_not_a_kubernetes_head_reads_no_labels(labels) -> None:
     labels.nodes = RuntimeError("must not be read")
-    cfg = MilesRayConfig()
-    assert node_gpus.cluster_gpu_memory(cfg, "http://10.0.0.1:8265") == (cfg, None)
+    assert node_gpus.cluster_gpu_memory(MilesRayConfig(), "http://10.0.0.1:8265") == (None, None)
 
 
 def test_submit_refuses_a_misfit_by_the_labels_naming_them(labels) -> None:
     labels.nodes = {"g0": gfd(12288)}
     cfg = MilesRayConfig(recipe="Qwen3-4B", nodes=1, gpus_per_node=8, image=IMAGE)
     said: list[str] = []
-    with pytest.raises(PlanError) as e:
-        node_gpus.memory_on_cluster(cfg, SubmitRequest(), ADDRESS, said.append)
+    labelled = node_gpus.memory_on_cluster(cfg, SubmitRequest(), ADDRESS, said.append)
+    assert said == ["notice: GPU memory 12.0 GiB per GPU from the nodes' label nvidia.com/gpu.memory=12288 "
+                    "(1 GPU node(s))"]
+    validate_request(cfg, SubmitRequest())  # without the labels nothing says the GPU memory: not checked
+    with pytest.raises(MemoryMisfit) as e:
+        validate_request(cfg, SubmitRequest(), labelled)
     line = e.value.message
     assert "does not fit (GPU memory from the nodes' label nvidia.com/gpu.memory=12288" in line and "\n" not in line
-    assert "but has 12.0 GiB" in line and said == [f"notice: GPU memory 12.0 GiB per GPU from the nodes' label "
-                                                    "nvidia.com/gpu.memory=12288 (1 GPU node(s))"]
+    assert "but has 12.0 GiB" in line
     # a rehearsal and --no-memory-check read no labels
     labels.nodes = RuntimeError("must not be read")
     assert node_gpus.memory_on_cluster(cfg, SubmitRequest(rehearse=True), ADDRESS, None) is None
@@ -199,3 +203,31 @@ def test_submit_cli_refuses_before_recording(cli, clean_env, labels) -> None:
                          "2.60.0", "--run", "lab-b", "--address", ADDRESS)
     assert code == 2 and "NVIDIA-Imaginary-9000" in err and "Traceback" not in out + err
     assert not list(Path(clean_env).rglob("lab-b*"))
+
+
+def test_a_host_misfit_is_told_with_the_gpu_parts_the_labels_refuse(cli, clean_env, labels) -> None:
+    """Pods of 2Gi (the real-pod tier's) AND 12 GiB GPUs: the one line names the labels' memory and every part
+    that does not fit, not the host part alone (it used to be refused for it before the labels were read)."""
+    Path("miles-ray.yaml").write_text("memory_per_node: 2Gi\n")
+    labels.nodes = {"g0": gfd(12288)}
+    code, out, err = cli("submit", "--recipe", "Qwen3-4B", "-N", "1", "-G", "8", "--image", IMAGE, "--ray-version",
+                         "2.60.0", "--run", "lab-h", "--address", ADDRESS, "--dry-run", "server")
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]
+    assert code == 2 and "does not fit (GPU memory from the nodes' label nvidia.com/gpu.memory=12288" in line
+    assert "trainer needs" in line and "host needs" in line and "memory_per_node 2Gi" in line
+    assert not list(Path(clean_env).rglob("lab-h*"))
+    # labels that say nothing: the flag's memory is held against, and both are said before the one line
+    labels.nodes = {"g0": {}}
+    code, out, err = cli("submit", "--recipe", "Qwen3-4B", "-N", "1", "-G", "8", "--image", IMAGE, "--ray-version",
+                         "2.60.0", "--run", "lab-h", "--address", ADDRESS, "--dry-run", "server", "--gpu-memory",
+                         "141GB")
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]
+    assert "carry no nvidia.com/gpu.memory or nvidia.com/gpu.product label: the memory check uses gpu_memory 141GB" \
+        in err and "does not fit (GPU memory from gpu_memory 141GB): host needs" in line and "trainer" not in line
+    assert code == 2 and err.splitlines()[-1] == line
+    # with no head this machine can read the labels of, the host misfit is said at once, the GPU memory unknown
+    labels.nodes = RuntimeError("must not be read")
+    code, out, err = cli("submit", "--recipe", "Qwen3-4B", "-N", "1", "-G", "8", "--image", IMAGE, "--ray-version",
+                         "2.60.0", "--run", "lab-h", "--address", "http://127.0.0.1:1", "--dry-run", "server")
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]
+    assert code == 2 and "does not fit (GPU memory unknown, GPU parts not checked): host needs" in line, err

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from miles_ray.core.config import MilesRayConfig
-from miles_ray.core.errors import ConfigError, PlanError
+from miles_ray.core.errors import ConfigError, MemoryMisfit, PlanError
 from miles_ray.core.memory import GIB, MIB, PUBLISHED, check_fit, estimate, parameters, parse_size, suggestions
 from miles_ray.core.planner import plan_split
 from miles_ray.core.recipes import BUILTIN, Recipe
@@ -143,8 +143,22 @@ def test_qwen3_4b_on_12_gib_gpus_is_refused_in_one_line() -> None:
         check_fit(MilesRayConfig(gpu_memory="12GiB"), recipe, plan)
     line = str(e.value)
     assert "\n" not in line
+    assert "does not fit (GPU memory from gpu_memory 12GiB): trainer needs" in line, line
     assert re.search(r"trainer needs \d+\.\d GiB but has 12\.0 GiB", line), line
     assert "--no-memory-check" in line
+    # pods too small as well: the same one line names every part that does not fit, not the first alone
+    with pytest.raises(MemoryMisfit) as e:
+        check_fit(MilesRayConfig(gpu_memory="12GiB", memory_per_node="2Gi"), recipe, plan)
+    line = str(e.value)
+    assert "\n" not in line and "(GPU memory from gpu_memory 12GiB)" in line
+    assert re.search(r"trainer needs [^;]+ but has 12\.0 GiB .*; host needs [^;]+ per node but has 2\.0 GiB "
+                     r"\(memory_per_node 2Gi\)", line), line
+    assert "use GPUs with more memory or pods with more memory" in line or "fits with:" in line, line
+    # nothing says the GPU memory: the GPU parts are not checked, and the line says so
+    with pytest.raises(MemoryMisfit) as e:
+        check_fit(MilesRayConfig(memory_per_node="2Gi"), recipe, plan)
+    assert "does not fit (GPU memory unknown, GPU parts not checked): host needs" in str(e.value)
+    assert "trainer needs" not in str(e.value)
 
 
 def test_qwen3_32b_on_one_node_of_64gi_pods_is_refused_for_host_memory() -> None:
@@ -157,6 +171,7 @@ def test_qwen3_32b_on_one_node_of_64gi_pods_is_refused_for_host_memory() -> None
     with pytest.raises(PlanError) as e:
         check_fit(MilesRayConfig(gpu_memory="80GiB", memory_per_node="64Gi"), recipe, plan)
     assert "host needs" in str(e.value) and "memory_per_node 64Gi" in str(e.value)
+    assert "(GPU memory from gpu_memory 80GiB)" in str(e.value)
 
 
 def test_bytes_per_parameter_follow_megatron_and_the_optimizer_placement() -> None:

@@ -23,6 +23,8 @@ def test_render_refuses_a_named_recipe_whose_host_memory_exceeds_the_pods(cli, c
     code, out, err = cli(*RENDER, "--recipe", "Qwen3-32B", "-N", "1")
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: ")
     assert "host needs" in err and "memory_per_node 512Gi" in err and "fits with: --nodes 2" in err
+    # the pods' documents do not say which GPUs: the line says the GPU parts were not checked
+    assert "does not fit (GPU memory unknown, GPU parts not checked): host needs" in err
     code, out, err = cli(*RENDER, "--recipe", "Qwen3-32B", "-N", "2")
     assert code == 0, err
     code, out, err = cli(*RENDER, "--recipe", "Qwen3-32B", "-N", "1", "--no-memory-check")

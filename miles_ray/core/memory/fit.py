@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from miles_ray.core.errors import ConfigError, PlanError
+from miles_ray.core.errors import ConfigError, MemoryMisfit
 from miles_ray.core.memory.estimate import MemoryEstimate, estimate, job_flags
-from miles_ray.core.memory.gpu import GIB, parse_size
+from miles_ray.core.memory.gpu import GIB, LabelledGpu, parse_size
 from miles_ray.core.planner import Plan, plan_split
 from miles_ray.core.recipes import Recipe
 
@@ -87,13 +87,23 @@ def suggestions(recipe: Recipe, plan: Plan, est: MemoryEstimate, extra_args: Seq
     return found[:limit + 1]
 
 
+def gpu_said(est: MemoryEstimate) -> str:
+    """Where the GPU memory the estimate holds against came from, as the misfit line says it."""
+    if est.gpu_bytes is None:
+        return "GPU memory unknown, GPU parts not checked"
+    return f"GPU memory from {est.gpu_source or f'{est.gpu_bytes / GIB:.1f} GiB given'}"
+
+
 def misfit_line(recipe: Recipe, plan: Plan, est: MemoryEstimate, fixes: Sequence[str]) -> str:
-    """ONE line: each part that does not fit with GiB needed and available, then the checked changes."""
+    """ONE line: where the GPU memory came from (a flag or config, which node label, or unknown), EVERY part that
+    does not fit with GiB needed and available, then the checked changes."""
+    refused = any("refuses to start" in n for n in est.notes)
     parts = "; ".join(f"{line.part} needs {line.needed_bytes / GIB:.1f} GiB{' per node' if line.part == 'host' else ''}"
-                      f" but has {(line.available_bytes or 0) / GIB:.1f} GiB ({line.what})" for line in est.misfits())
-    text = (f"{recipe.name} on {plan.nodes} x {plan.gpus_per_node} GPUs ({plan.layout}) does not fit: {parts}")
-    if any("refuses to start" in n for n in est.notes):
-        text += " (SGLang would refuse to start: no room for the KV cache)"
+                      f" but has {(line.available_bytes or 0) / GIB:.1f} GiB ({line.what})"
+                      + (" (SGLang would refuse to start: no room for the KV cache)"
+                         if line.part == "rollout" and refused else "") for line in est.misfits())
+    text = (f"{recipe.name} on {plan.nodes} x {plan.gpus_per_node} GPUs ({plan.layout}) does not fit "
+            f"({gpu_said(est)}): {parts}")
     bigger = {"trainer": "GPUs with more memory", "rollout": "GPUs with more memory",
               "host": "pods with more memory (memory_per_node)", "storage": "a larger claim or fewer kept checkpoints"}
     instead = " or ".join(dict.fromkeys(bigger[line.part] for line in est.misfits()))
@@ -127,11 +137,11 @@ class FitCheck(BaseModel):
     notices: list[str] = Field(default_factory=list)
 
 
-def known_limits(cfg: MilesRayConfig, gpu_bytes: int | None = None) -> tuple[int | None, int | None, str]:
-    """What the configuration says is there: one GPU's memory (``gpu_bytes`` from the nodes' labels wins over
-    nothing, ``gpu_memory`` over the labels), the pod's memory (only when ``memory_per_node`` was given: the
-    default is what ``up`` would create, not what an existing cluster has), and where the GPU figure came from."""
-    source = "node labels" if gpu_bytes else ""
+def known_limits(cfg: MilesRayConfig, labelled: LabelledGpu | None = None) -> tuple[int | None, int | None, str]:
+    """What is known to be there: one GPU's memory (``gpu_memory``, the user's word, over what the GPU nodes'
+    labels say, over nothing), the pod's memory (only when ``memory_per_node`` was given: the default is what
+    ``up`` would create, not what an existing cluster has), and where the GPU figure came from ("" unknown)."""
+    gpu_bytes, source = (labelled.gpu_bytes, labelled.source) if labelled and labelled.gpu_bytes else (None, "")
     if cfg.gpu_memory:
         gpu_bytes, source = parse_size(cfg.gpu_memory, what="gpu_memory"), f"gpu_memory {cfg.gpu_memory}"
     host = _pod_memory(cfg.memory_per_node) if "memory_per_node" in cfg.model_fields_set else None
@@ -151,12 +161,14 @@ def _pod_memory(text: str) -> int:
 
 
 def check_fit(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, extra_args: Sequence[str] = (), num_rollout: int | None = None,
-              no_check: bool = False, gpu_bytes: int | None = None, keep_checkpoints: int | None = None,
+              no_check: bool = False, labelled: LabelledGpu | None = None, keep_checkpoints: int | None = None,
               keep_best: bool = False) -> FitCheck:
-    """Estimate and hold against what is known; a misfit is a PlanError (exit 2) in ONE line naming the part, the
-    GiB needed and there, and the checked changes that fit. ``no_check``: estimate, say so, refuse nothing.
-    ``keep_checkpoints`` / ``keep_best``: the run's retention (the storage part counts the checkpoints it keeps)."""
-    gpu, host, source = known_limits(cfg, gpu_bytes)
+    """Estimate and hold against what is known; a misfit is a MemoryMisfit (exit 2) in ONE line naming where the
+    GPU memory came from, every part that does not fit with the GiB needed and there, and the checked changes that
+    fit. ``labelled``: what the GPU nodes' labels say (``gpu_memory`` wins). ``no_check``: estimate, say so, refuse
+    nothing. ``keep_checkpoints`` / ``keep_best``: the run's retention (the storage part counts the checkpoints it
+    keeps)."""
+    gpu, host, source = known_limits(cfg, labelled)
     if not plan.feasible:
         return FitCheck(estimate=None, checked=False)
     try:
@@ -175,7 +187,7 @@ def check_fit(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, extra_args: Seque
             "--no-memory-check: the memory estimate is not enforced" + ("" if est.fits else
                                                                            " (it says the job does NOT fit)")])
     if not est.fits:
-        raise PlanError(misfit_line(recipe, plan, est, suggestions(recipe, plan, est, extra_args)))
+        raise MemoryMisfit(misfit_line(recipe, plan, est, suggestions(recipe, plan, est, extra_args)))
     return FitCheck(estimate=est, checked=True, notices=notices)
 
 
@@ -183,7 +195,7 @@ def check_pod_fit(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, no_check: boo
     """``up``/``render``: a node's host memory against the pod these documents give it (``memory_per_node``, its
     default included: it is what the pod gets). The GPUs are not checked here (the documents do not say which);
     a recipe without model args is not estimated (nothing said: the cluster may run any job). A misfit is a
-    PlanError in ONE line, as :func:`check_fit`'s; ``no_check``: estimated, said, not refused."""
+    MemoryMisfit in ONE line, as :func:`check_fit`'s; ``no_check``: estimated, said, not refused."""
     if not plan.feasible:
         return FitCheck(estimate=None, checked=False)
     try:
@@ -194,5 +206,5 @@ def check_pod_fit(cfg: MilesRayConfig, recipe: Recipe, plan: Plan, no_check: boo
         return FitCheck(estimate=est, checked=False, notices=[] if est.fits else [
             "--no-memory-check: the memory estimate says the job does NOT fit the pods (not enforced)"])
     if not est.fits:
-        raise PlanError(misfit_line(recipe, plan, est, suggestions(recipe, plan, est)))
+        raise MemoryMisfit(misfit_line(recipe, plan, est, suggestions(recipe, plan, est)))
     return FitCheck(estimate=est, checked=True)

@@ -12,7 +12,7 @@ from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME
 from miles_ray.core.errors import ConfigError
 from miles_ray.core.images import ImageRef, check_image
-from miles_ray.core.memory import check_fit
+from miles_ray.core.memory import LabelledGpu, check_fit
 from miles_ray.core.planner import Plan
 from miles_ray.core.prepare import require_feasible, resolve_plan
 from miles_ray.core.recipes import Recipe
@@ -109,16 +109,17 @@ class ValidRequest:
     env: dict[str, str]
 
 
-def validate_request(cfg: MilesRayConfig, request: SubmitRequest) -> ValidRequest:
+def validate_request(cfg: MilesRayConfig, request: SubmitRequest, labelled: LabelledGpu | None = None) -> ValidRequest:
     """Every check of config and flags alone (exit 2 on bad input): the split is feasible, the mode fits it,
-    the image is pinned, the run name is valid, no credential in --env or --extra-args."""
+    the image is pinned, the run name is valid, no credential in --env or --extra-args. ``labelled``: one GPU's
+    memory as the live cluster's GPU nodes' labels say it (the memory check holds the job against it)."""
     recipe, plan = resolve_plan(cfg)
     require_feasible(plan)
     # it fits the GPUs, the pods and the claim (where they are known): refused before anything is recorded. Not
     # for a rehearsal: it places Miles' actors and loads no model, on whatever pods (fake GPUs, a CI runner's)
     if not request.rehearse:
         check_fit(cfg, recipe, plan, request.extra_args, request.num_rollout, no_check=request.no_memory_check,
-                  **retention_kept(request))
+                  labelled=labelled, **retention_kept(request))
     if request.mode == "launcher":
         check_launcher_layout(recipe, plan)
         if recipe.launcher_max_nodes and plan.nodes > recipe.launcher_max_nodes:

@@ -70,10 +70,8 @@ def memory_findings(cfg: MilesRayConfig, record: dict[str, Any] | None, head: st
         if not plan.feasible:
             return [finding("memory", "memory", SKIPPED, f"{what}: the split is not feasible",
                             fix="'miles-ray plan' names the rules it breaks")]
-        notice = None
-        if head:
-            cfg, notice = cluster_gpu_memory(cfg, head)
-        gpu, host, source = known_limits(cfg)
+        labelled, notice = cluster_gpu_memory(cfg, head) if head else (None, None)
+        gpu, host, source = known_limits(cfg, labelled)
         sup = (rec.supervisor if rec is not None else None) or Controller()  # its retention: the checkpoints it keeps
         est: MemoryEstimate = estimate(recipe, plan, gpu_bytes=gpu, memory_per_node=host, extra_args=args,
                                        gpu_source=source, keep_checkpoints=sup.keep_checkpoints,

@@ -19,8 +19,9 @@ from miles_ray.adapters.ray_head import kube_head_auth, local_token_path, open_h
 from miles_ray.core import miles_version
 from miles_ray.core.config import MilesRayConfig
 from miles_ray.core.entrypoint import RUN_NAME, job_env
-from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, PlanError
+from miles_ray.core.errors import ClusterError, ConfigError, Interrupted, MemoryMisfit, MilesRayError, PlanError
 from miles_ray.core.heads import parse_head
+from miles_ray.core.memory import LabelledGpu
 from miles_ray.core.progress import Progress, say
 from miles_ray.core.records import Attempt as RecordedAttempt
 from miles_ray.core.records import as_record
@@ -77,8 +78,13 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
     live_shape_applies = request.shape_from_cluster and dry_run != "client"
     try:
         valid = validate_request(cfg, request)  # bad input fails here, before anything is looked up
-    except PlanError:
-        if not live_shape_applies:  # the split may fit the live cluster's shape: planned again below
+    except PlanError as e:
+        # the split may fit the live cluster's shape, and on Kubernetes a misfit is told after what the GPU nodes'
+        # labels say (their memory when none is configured, every part that does not fit in one line): both
+        # checked again below
+        labels_may_say = (isinstance(e, MemoryMisfit) and dry_run != "client"
+                          and _labels_readable(cfg, address, backend))
+        if not (live_shape_applies or labels_may_say):
             raise
         valid = None
     miles_version.validate_asserted(request.miles_commit)
@@ -90,12 +96,14 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
     # a head in a Kubernetes namespace is read through a port-forward: without a kubeconfig (a Polyaxon user's
     # launcher job) the configured shape is planned and the launcher checks the head itself
     reachable = parse_head(stored).namespace is None or not kube.missing_kubeconfig(cfg.kubeconfig)
-    if live_shape_applies and reachable:
-        cfg, valid = _plan_for_live_shape(cfg, request, stored, progress) or (cfg, valid)
-    if valid is None:
-        valid = validate_request(cfg, request)
-    if dry_run != "client" and reachable:  # the GPU nodes' labels say their memory: a misfit is refused here
-        cfg, valid = memory_on_cluster(cfg, request, stored, progress) or (cfg, valid)
+    # the GPU nodes' labels say their memory: a misfit is refused with it, before anything is recorded
+    labelled = memory_on_cluster(cfg, request, stored, progress) if dry_run != "client" and reachable else None
+    planned = _plan_for_live_shape(cfg, request, stored, progress, labelled) if live_shape_applies and reachable \
+        else None
+    if planned is not None:
+        cfg, valid = planned
+    elif valid is None or labelled is not None:  # (a misfit put off above is raised here)
+        valid = validate_request(cfg, request, labelled)
     target = SubmitTarget(backend=chosen_backend, address=stored, python=payload_python(stored),
                           head_auth=recorded_head_auth(cfg, stored) if mode == "launcher" else None,
                           supervisors=supervisor_kinds())
@@ -161,10 +169,20 @@ def submit(cfg: MilesRayConfig, request: SubmitRequest, *, address: str | None =
                                "accepted it, or submits it once (the job id is derived from the run name)") from None
 
 
-def _plan_for_live_shape(cfg: MilesRayConfig, request: SubmitRequest, stored: str,
-                         progress: Progress) -> tuple[MilesRayConfig, ValidRequest] | None:
+def _labels_readable(cfg: MilesRayConfig, address: str | None, backend: str) -> bool:
+    """The head is a RayCluster this machine can read the GPU nodes' labels of (a kubeconfig is there)."""
+    try:
+        stored = resolve_address(cfg, address, backend)[1]
+    except MilesRayError:  # no head: the misfit is the first thing to say
+        return False
+    return parse_head(stored).namespace is not None and not kube.missing_kubeconfig(cfg.kubeconfig)
+
+
+def _plan_for_live_shape(cfg: MilesRayConfig, request: SubmitRequest, stored: str, progress: Progress,
+                         labelled: LabelledGpu | None) -> tuple[MilesRayConfig, ValidRequest] | None:
     """Neither --nodes nor --gpus-per-node given: the config with the live cluster's GPU workers and GPUs per
-    node, and the request validated for it (None: the head has no GPU worker to take a shape from)."""
+    node, and the request validated for it (with the GPU memory the nodes' ``labelled`` say; None: the head has
+    no GPU worker to take a shape from)."""
     with open_head(stored, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig) as url:
         shape = live_shape(ray_jobs.cluster_topology(url))
     if shape is None:
@@ -174,7 +192,7 @@ def _plan_for_live_shape(cfg: MilesRayConfig, request: SubmitRequest, stored: st
                   "--gpus-per-node given)")
     live = cfg.model_copy(update={"nodes": nodes, "gpus_per_node": gpus})
     try:
-        return live, validate_request(live, request)
+        return live, validate_request(live, request, labelled)
     except PlanError as e:
         raise PlanError(f"{e.message} (planned for the live cluster: no --nodes or --gpus-per-node given)",
                         violations=e.violations,
