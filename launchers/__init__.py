@@ -7,7 +7,8 @@ with only ray and the standard library (torch when present), inside the image:
 * ``list_checkpoints.py`` -- a run's checkpoints, listed where they were written (``register``);
 * ``miles_commit.py`` -- the commit of the Miles checkout in the image (``submit`` in direct mode, ``doctor``);
 * ``supervise.py`` -- not a job: the run supervisor program (``submit --max-restarts``), shipped with
-  miles_ray/core's ``supervision.py`` and ``metrics.py`` beside it (``miles_ray.adapters.supervisor_program``).
+  the run controller's modules (miles_ray/controller) and miles_ray/core's ``supervision.py`` and ``metrics.py``
+  beside it (``miles_ray.controller.program``).
 
 The probes print their answer as one ``MILES_RAY_PROBE_RESULT {json}`` line (``miles_ray.core.probes``).
 """

@@ -45,26 +45,25 @@ import os
 import sys
 import tempfile
 import time
-import urllib.parse
-import urllib.request
 from typing import Any, Mapping
 
 
 
-def _metrics_parser() -> Any:
-    """The parser ``runs compare`` uses (``miles_ray/core/metrics.py``): the copy shipped beside the supervisor,
-    else the installed package's (the embedded cluster's venv)."""
-    for name in ("metrics", "miles_ray.core.metrics"):
+def _shipped(names: tuple[str, ...], *attrs: str) -> Any:
+    """A module of ours shipped beside the supervisor (the first name), else the installed package's (the embedded
+    cluster's venv): the one that has ``attrs``."""
+    for name in names:
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        if hasattr(module, "METRIC_LINE") and hasattr(module, "parse_dict"):
+        if all(hasattr(module, a) for a in attrs):
             return module
     return None
 
 
-PARSER = _metrics_parser()
+PARSER = _shipped(("metrics", "miles_ray.core.metrics"), "METRIC_LINE", "parse_dict")  # the parser runs compare uses
+RAY_HTTP = _shipped(("ray_http", "miles_ray.controller.ray_http"), "RayHead")  # the run controller's Ray client
 
 REQUIRED = ("host", "owner", "project", "run_uuid")
 PX_STATUS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
@@ -272,14 +271,7 @@ class PolyaxonReporter:
         status = str(getattr(self.rc.run_data.status, "value", self.rc.run_data.status) or "")
         if status not in ("stopping", "stopped"):
             return
-        headers = {"Content-Type": "application/json"}
-        if self.token_file:
-            with open(self.token_file, encoding="utf-8") as fh:
-                headers["Authorization"] = f"Bearer {fh.read().strip()}"
-        url = f"{self.head_url}/api/jobs/{urllib.parse.quote(self.current_job)}/stop"
-        with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST", headers=headers),
-                                    timeout=30):
-            pass
+        RAY_HTTP.RayHead(self.head_url, token_file=self.token_file).stop(self.current_job, timeout=30)
         self.stop_asked = True
         _warn(f"the Polyaxon run was {status} in Polyaxon: stopped Ray job {self.current_job}")
 

@@ -3,11 +3,12 @@
 embedded cluster, a Kubernetes Job in the cluster, the Polyaxon run of a Miles run).
 
 ``python3 supervise.py --spec FILE``: FILE is the JSON spec (``miles_ray.core.supervision.SupervisorSpec``). The
-program talks to the Ray head's Jobs API (``/api/jobs/``) and state API (``/api/v0/nodes``) over plain HTTP, with
-``Authorization: Bearer <token>`` from the spec's token file. It submits the run's attempts one at a time (attempt
-1 under the run's submission id, attempt N under ``<it>-a<N>``), watches each, and when one fails for a reason
-worth retrying (``supervision.classify`` / ``supervision.decide``) waits (bounded) until the GPU workers are ALIVE
-in Ray again and submits the next attempt, which loads the run's last complete checkpoint.
+program talks to the Ray head's Jobs API and state API over plain HTTP (``ray_http.py``, the run controller's one
+Ray client), with ``Authorization: Bearer <token>`` from the spec's token file. It submits the run's attempts one
+at a time (attempt 1 under the run's submission id, attempt N under ``<it>-a<N>``), watches each, and when one
+fails for a reason worth retrying (the controller's ``rules.classify`` / ``rules.decide``) waits (bounded) until
+the GPU workers are ALIVE in Ray again and submits the next attempt, which loads the run's last complete
+checkpoint.
 
 It says what it does on stdout, one event a line (``MILES_RAY_SUPERVISOR {json}``): ``supervisor_started``,
 ``attempt_started`` (attempt, submission_id, started, resumed_from, resumed_iteration: the checkpoint it loads,
@@ -23,10 +24,11 @@ It survives its own restart: on start it lists the run's jobs on the head and AD
 or RUNNING instead of submitting; before every submission it lists them again (never two drivers of one run). A
 STOPPED attempt is never followed by another (that is how ``miles-ray stop RUN`` wins any race).
 
-Standard library only (Ray's images and Polyaxon's sidecar have python3, nothing of ours): it imports
-``supervision.py`` and ``metrics.py`` (miles_ray/core's, shipped beside it by
-``miles_ray.adapters.supervisor_program``) from its own directory. An optional reporter (``polyaxon_report.py`` beside it) is loaded only when the spec has a ``polyaxon``
-section: see :func:`load_reporter`.
+Standard library only (Ray's images and Polyaxon's sidecar have python3, nothing of ours): it imports the run
+controller's modules (miles_ray/controller's ``ray_http.py``, ``rules.py``, ``checkpoint_dirs.py``) and
+miles_ray/core's ``supervision.py`` and ``metrics.py``, shipped beside it by
+``miles_ray.controller.program``, from its own directory. An optional reporter (``polyaxon_report.py``
+beside it) is loaded only when the spec has a ``polyaxon`` section: see :func:`load_reporter`.
 """
 
 from __future__ import annotations
@@ -39,15 +41,14 @@ import shutil
 import signal
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (python3 -I leaves the script's dir out)
-import supervision as sv  # noqa: E402 - shipped beside this file (miles_ray/core/supervision.py)
+import checkpoint_dirs as cd  # noqa: E402 - shipped beside this file (miles_ray/controller/checkpoint_dirs.py)
+import ray_http as rh  # noqa: E402 - (miles_ray/controller/ray_http.py)
+import rules  # noqa: E402 - (miles_ray/controller/rules.py)
+import supervision as sv  # noqa: E402 - (miles_ray/core/supervision.py)
 
-HTTP_TIMEOUT = 15.0
 LOG_READ_SECONDS = 10.0  # a running attempt's logs are read (whole: the Jobs API has no offset) this often at most
 # Kubernetes' terminationMessagePath (the default): what a container writes there is its pod's
 # status.containerStatuses[].state.terminated.message (kubectl describe pod: "Message"), at most 4096 bytes.
@@ -70,120 +71,6 @@ def say_on_termination(line: str) -> None:
         pass  # a read-only or odd mount: the events on stdout say the same
 
 
-class Unreachable(Exception):
-    """The head did not answer (connection refused, reset, timed out)."""
-
-
-class Refused(Exception):
-    """The head refused the supervisor's token (HTTP 401/403): waiting changes nothing."""
-
-
-class HeadAPI:
-    """The Ray head's REST APIs (Jobs API, state API) over plain HTTP, with the token of ``token_file``."""
-
-    def __init__(self, url: str, token_file: str | None) -> None:
-        self.url = url.rstrip("/")
-        self.token_file = token_file
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self.token_file:
-            try:
-                with open(self.token_file, encoding="utf-8") as fh:
-                    token = fh.read().strip()
-            except OSError:
-                token = ""
-            if token:
-                headers["Authorization"] = f"Bearer {token}"
-        return headers
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """(HTTP status, JSON answer or text). ``Unreachable`` when the head does not answer at all."""
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=self._headers())
-        try:
-            with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:  # noqa: S310 - the head's URL
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
-        except (urllib.error.URLError, OSError) as e:
-            raise Unreachable(str(getattr(e, "reason", e))) from None
-        text = raw.decode("utf-8", "replace")
-        if status in (401, 403):
-            raise Refused(f"{method} {path}: HTTP {status} ({'no token' if status == 401 else 'a wrong token'}; "
-                          f"token file {self.token_file or 'none'})")
-        try:
-            return status, json.loads(text)
-        except ValueError:
-            return status, text
-
-    def jobs(self) -> list[dict[str, Any]]:
-        status, out = self.call("GET", "/api/jobs/")
-        if status != 200 or not isinstance(out, list):
-            raise Unreachable(f"GET /api/jobs/ answered HTTP {status}")
-        return out
-
-    def job(self, sid: str) -> dict[str, Any] | None:
-        status, out = self.call("GET", f"/api/jobs/{urllib.parse.quote(sid)}")
-        if status == 404:
-            return None
-        if status != 200 or not isinstance(out, dict):
-            raise Unreachable(f"GET /api/jobs/{sid} answered HTTP {status}")
-        return out
-
-    def logs(self, sid: str) -> str | None:
-        status, out = self.call("GET", f"/api/jobs/{urllib.parse.quote(sid)}/logs")
-        return out.get("logs") if status == 200 and isinstance(out, dict) else None
-
-    def submit(self, sid: str, body: sv.JobBody) -> tuple[bool, str]:
-        """(created, what the head said). Not created when a job of that id exists already."""
-        payload: dict[str, Any] = {"entrypoint": body.entrypoint, "submission_id": sid}
-        if body.runtime_env:
-            payload["runtime_env"] = body.runtime_env
-        if body.metadata:
-            payload["metadata"] = body.metadata
-        status, out = self.call("POST", "/api/jobs/", payload)
-        if status == 200:
-            return True, "submitted"
-        return False, f"HTTP {status}: {str(out)[:300]}"
-
-    def stop(self, sid: str) -> None:
-        self.call("POST", f"/api/jobs/{urllib.parse.quote(sid)}/stop")
-
-    def nodes(self) -> list[dict[str, Any]]:
-        status, out = self.call("GET", "/api/v0/nodes?limit=10000")
-        if status != 200 or not isinstance(out, dict):
-            raise Unreachable(f"GET /api/v0/nodes answered HTTP {status}")
-        data = (out.get("data") or {}).get("result") or {}
-        rows = data.get("result", []) if isinstance(data, dict) else data
-        return list(rows or [])
-
-
-def head_of(nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ALIVE head node (``node_id``, ``start_time_ms``) and the ids of every ALIVE node (``alive``)."""
-    alive = [n for n in nodes if n.get("state") == "ALIVE"]
-    head = next((n for n in alive if n.get("is_head_node")), None) or {}
-    return {"node_id": head.get("node_id"), "start_time_ms": head.get("start_time_ms"),
-            "alive": {n.get("node_id") for n in alive}}
-
-
-def lost_with_head(job: dict[str, Any], head: dict[str, Any], attempt_head: str | None) -> str | None:
-    """Why a PENDING/RUNNING job is lost (its driver ran on a head that is gone: Ray's job table, kept by GCS fault
-    tolerance, still says RUNNING), None when it is not. Lost when its driver's node is not ALIVE and either the
-    head changed since the attempt started or the job started before the head serving now."""
-    driver = job.get("driver_node_id")
-    if driver and driver in head["alive"]:
-        return None
-    if not head.get("node_id"):
-        return None  # no head ALIVE to compare with: not known yet
-    if attempt_head and attempt_head != head["node_id"]:
-        return f"Ray head node {attempt_head[:16]} is gone (the head now is {head['node_id'][:16]})"
-    started, head_started = job.get("start_time"), head.get("start_time_ms")
-    if started and head_started and started < head_started:
-        return f"the job started before the head now serving ({head['node_id'][:16]}) and its driver runs nowhere"
-    return None
-
-
 def load_reporter(spec: sv.SupervisorSpec) -> Any:
     """THE HOOK POINT for reporting elsewhere: with a ``polyaxon`` section in the spec, the object made by
     ``polyaxon_report.make_reporter(spec)`` (a module shipped beside this file) gets ``attempt_started(event)``,
@@ -201,7 +88,7 @@ def load_reporter(spec: sv.SupervisorSpec) -> Any:
 
 
 class Supervisor:
-    def __init__(self, spec: sv.SupervisorSpec, api: HeadAPI, reporter: Any = None,
+    def __init__(self, spec: sv.SupervisorSpec, api: rh.RayHead, reporter: Any = None,
                  out: Callable[[str], None] | None = None) -> None:
         self.spec = spec
         self.api = api
@@ -248,7 +135,7 @@ class Supervisor:
         while True:
             try:
                 return fn()
-            except Unreachable as e:
+            except rh.NO_ANSWER as e:
                 if time.monotonic() > deadline:
                     print(f"supervise.py: the head did not answer {what} ({e})", file=sys.stderr, flush=True)
                     return None
@@ -258,28 +145,22 @@ class Supervisor:
         """The run's jobs on the head, by attempt."""
         out = {}
         for job in self.api.jobs():
-            n = sv.attempt_of(self.spec.submission_id, job.get("submission_id") or "")
+            n = rules.attempt_of(self.spec.submission_id, job.get("submission_id") or "")
             if n is not None:
                 out[n] = job
         return out
 
     def current_head(self) -> dict[str, Any]:
-        return head_of(self.api.nodes())
+        return rules.head_of(self.api.nodes(detail=True))  # (detail: the head's start time, for the head-loss rule)
 
     def latest_iteration(self) -> int | None:
-        if not self.spec.checkpoint_dir:
-            return None
-        try:
-            with open(os.path.join(self.spec.checkpoint_dir, "latest_checkpointed_iteration.txt")) as fh:
-                return sv.read_latest_iteration(fh.read())
-        except OSError:
-            return None
+        return rules.latest_iteration(self.spec.checkpoint_dir)
 
     def checkpoint_progress(self, n: int) -> int | None:
         """The rollout of the newest complete checkpoint (Miles' numbering: iteration N is saved once rollout N is
         trained, 0 included), when it is newer than what attempt ``n`` started from: the attempt's progress when its
         logs could not be read (lost with the head or node its driver ran on)."""
-        step = sv.checkpoint_step(self.latest_iteration(), self.resumed_iteration.get(n))
+        step = rules.checkpoint_step(self.latest_iteration(), self.resumed_iteration.get(n))
         if step is not None:
             self.steps[n] = step
         return step
@@ -287,9 +168,7 @@ class Supervisor:
     def read_logs(self, n: int, sid: str) -> None:
         try:
             text = self.api.logs(sid)
-        except Unreachable:
-            return
-        if text is None:
+        except rh.NO_ANSWER:
             return
         seen = self.log_len.get(n, 0)
         if len(text) > seen:
@@ -319,7 +198,7 @@ class Supervisor:
                                               " was stopped: a stopped run is never started again")
             job = jobs[n]
             head = self.patiently("its nodes", self.current_head) or {"alive": set(), "node_id": None}
-            if job.get("status") in sv.LIVE and not lost_with_head(job, head, None):
+            if job.get("status") in sv.LIVE and not rules.lost_with_head(job, head, None):
                 self.attempt_head[n] = head.get("node_id")
                 self.started(n, job["submission_id"], adopted=True,
                              started=_iso_ms(job.get("start_time")) or now_iso())
@@ -337,9 +216,9 @@ class Supervisor:
                 step = self.checkpoint_progress(n)  # its logs may have gone with its head or node
             self.prune(n, live=False)
             previous = self.steps.get(n - 1) if n > 1 else None
-            decision = sv.decide(n, verdict, step, previous, spec.max_restarts)
+            decision = rules.decide(n, verdict, step, previous, spec.max_restarts)
             status = {"succeeded": "SUCCEEDED", "stopped": "STOPPED"}.get(verdict.kind, "FAILED")
-            self.emit("attempt_ended", attempt=n, submission_id=sv.attempt_submission_id(spec.submission_id, n),
+            self.emit("attempt_ended", attempt=n, submission_id=rules.attempt_submission_id(spec.submission_id, n),
                       status=status, ended=now_iso(), reason=verdict.reason, last_step=step,
                       retry=decision.retry, why=decision.why)
             if not decision.retry:
@@ -384,7 +263,7 @@ class Supervisor:
             return self.finish("STOPPED", f"attempt {stopped[0]} was stopped: a stopped run is never started again")
         head = self.patiently("its nodes", self.current_head) or {"alive": set(), "node_id": None}
         live = sorted(k for k, j in jobs.items() if j.get("status") in sv.LIVE
-                      and not lost_with_head(j, head, self.attempt_head.get(k)))
+                      and not rules.lost_with_head(j, head, self.attempt_head.get(k)))
         if live:  # never two drivers: watch the one that runs
             k = live[-1]
             self.attempt_head[k] = head.get("node_id")
@@ -392,13 +271,13 @@ class Supervisor:
                          started=_iso_ms(jobs[k].get("start_time")) or now_iso())
             return None
         n = max([n, *(k + 1 for k in jobs)])
-        sid = sv.attempt_submission_id(spec.submission_id, n)
+        sid = rules.attempt_submission_id(spec.submission_id, n)
         body = spec.first_job if n == 1 else (spec.resume_job or spec.first_job)
         if n > 1:
             self.resumed_iteration[n] = self.latest_iteration()
         try:
-            created, said = self.api.submit(sid, body)
-        except Unreachable as e:
+            created, said = self.api.submit(sid, body.entrypoint, body.runtime_env, body.metadata)
+        except rh.Unreachable as e:
             return self.finish("FAILED", f"submitting attempt {n} ({sid}): the head did not answer ({e})", broken=True)
         if not created and self.patiently("the job", lambda: self.api.job(sid)) is None:
             return self.finish("FAILED", f"Ray refused attempt {n} ({sid}): {said}")
@@ -407,21 +286,6 @@ class Supervisor:
         return None
 
     # -- retention --------------------------------------------------------------------------------------------
-    def iteration_dirs(self) -> dict[int, str]:
-        """The ``iter_<N>`` directories right inside the run's checkpoint dir (never a symlink: what it points to
-        is outside the run's own dir)."""
-        root = self.spec.checkpoint_dir
-        out: dict[int, str] = {}
-        try:
-            names = os.listdir(root) if root else []
-        except OSError:
-            return out
-        for name in names:
-            path = os.path.join(root, name)
-            if name.startswith("iter_") and name[5:].isdigit() and os.path.isdir(path) and not os.path.islink(path):
-                out[int(name[5:])] = path
-        return out
-
     def prune(self, n: int, live: bool) -> None:
         """The retention after a new complete checkpoint (``live``: attempt ``n`` runs) or after attempt ``n`` ended
         (its checkpoints newer than the tracker are partial: a dead attempt's when it did not succeed). Each deletion
@@ -436,16 +300,16 @@ class Supervisor:
     def _prune(self, n: int, live: bool) -> None:
         latest = self.latest_iteration()
         self.pruned_for = latest
-        dirs = self.iteration_dirs()
+        dirs = cd.iteration_dirs(self.spec.checkpoint_dir)
         if not live:
             self.scores.feed(n, "", final=True)  # its last line, even without its newline
         for it in list(self.dead):
-            if it not in dirs or _signature(dirs[it]) != self.dead[it]:
+            if it not in dirs or cd.signature(dirs[it]) != self.dead[it]:
                 del self.dead[it]  # gone, or written again since (a complete one once the tracker passed it)
         newer = [it for it in dirs if latest is None or it > latest]
         if not live:
             for it in newer:
-                self.dead.setdefault(it, _signature(dirs[it]))
+                self.dead.setdefault(it, cd.signature(dirs[it]))
         partial = set(newer) | set(self.dead)
         complete = [it for it in dirs if it not in partial]
         protected: dict[int, str] = {}
@@ -455,15 +319,14 @@ class Supervisor:
         for it, path in dirs.items():
             if os.path.exists(os.path.join(path, sv.REGISTERED_MARKER)):
                 protected[it] = "registered (a model version)"
-        root = os.path.realpath(self.spec.checkpoint_dir)
         for kept in sv.retention_plan(self.retention, complete, self.scores, partial=partial, dead=self.dead,
                                       protected=protected):
             path = dirs[kept.iteration]
             if kept.keep or kept.iteration in self.undeletable:
                 continue
-            if os.path.dirname(os.path.realpath(path)) != root or os.path.islink(path):
+            if not cd.inside(self.spec.checkpoint_dir, path):
                 continue  # never anything outside the run's own checkpoint dir
-            size = _bytes(path)
+            size = cd.size(path)
             try:
                 shutil.rmtree(path)
             except OSError as e:
@@ -474,19 +337,19 @@ class Supervisor:
             self.emit("checkpoint_deleted", iteration=kept.iteration, path=path, bytes=size, why=kept.why, attempt=n,
                       at=now_iso(), kept=self.retention.describe())
 
-    def watch(self, n: int) -> tuple[sv.Verdict, int | None]:
+    def watch(self, n: int) -> tuple[rules.Verdict, int | None]:
         """Follow attempt ``n`` until it ended or was lost with its head: its verdict and last training step."""
-        sid = sv.attempt_submission_id(self.spec.submission_id, n)
+        sid = rules.attempt_submission_id(self.spec.submission_id, n)
         unreachable_since = None
         next_log_read = 0.0
         while True:
             try:
                 job = self.api.job(sid)
                 head = self.current_head()
-            except Unreachable as e:
+            except rh.NO_ANSWER as e:
                 unreachable_since = unreachable_since or time.monotonic()
                 if time.monotonic() - unreachable_since > max(self.spec.workers_timeout, 30.0):
-                    return sv.Verdict("failed", f"the Ray head did not answer for {self.spec.workers_timeout:.0f}s "
+                    return rules.Verdict("failed", f"the Ray head did not answer for {self.spec.workers_timeout:.0f}s "
                                                 f"({e})"), self.steps.get(n)
                 self.sleep()
                 continue
@@ -499,18 +362,18 @@ class Supervisor:
                 self.prune(n, live=True)
             if job is None:
                 lost = f"the head serving now ({(head.get('node_id') or '?')[:16]}) has no job {sid}"
-                return sv.classify("FAILED", lost=lost), self.steps.get(n)
+                return rules.classify("FAILED", lost=lost), self.steps.get(n)
             status = job.get("status")
             if status in sv.FINAL:
                 self.read_logs(n, sid)
-                return sv.classify(status, job.get("message"), self.logs_seen.get(n), job.get("driver_exit_code")), \
+                return rules.classify(status, job.get("message"), self.logs_seen.get(n), job.get("driver_exit_code")), \
                     self.steps.get(n)
-            lost = lost_with_head(job, head, self.attempt_head.get(n))
+            lost = rules.lost_with_head(job, head, self.attempt_head.get(n))
             if lost:
-                return sv.classify("FAILED", job.get("message"), self.logs_seen.get(n), lost=lost), self.steps.get(n)
+                return rules.classify("FAILED", job.get("message"), self.logs_seen.get(n), lost=lost), self.steps.get(n)
             self.sleep()
 
-    def wait_for_workers(self, after: sv.Verdict | None = None) -> bool:
+    def wait_for_workers(self, after: rules.Verdict | None = None) -> bool:
         """Until ``gpu_workers`` GPU workers are in Ray (saying so while fewer are), up to ``workers_timeout``
         seconds, counted by the rule of every wait for GPU workers (``supervision.gpu_workers_ready``). The
         supervisor has no view of the pods, so after an attempt that may have lost a node (``after``: its verdict;
@@ -522,19 +385,19 @@ class Supervisor:
             return True
         deadline = time.time() + self.spec.workers_timeout
         suspect: set[str] = set()
-        if after is None or sv.node_loss_possible(after):
+        if after is None or rules.node_loss_possible(after):
             try:
                 suspect = {n.get("node_id") for n in self.api.nodes() if n.get("state") == "ALIVE"}
-            except Unreachable:
+            except rh.NO_ANSWER:
                 pass  # nothing seen ALIVE: whatever joins later is new
         # (a wait shorter than twice that -- never one submit makes -- confirms them halfway)
-        settled = time.monotonic() + min(sv.NODE_DEATH_SECONDS, self.spec.workers_timeout / 2)
+        settled = time.monotonic() + min(rules.NODE_DEATH_SECONDS, self.spec.workers_timeout / 2)
         said = None
         while True:
             try:
-                have = len(sv.gpu_workers_ready(self.api.nodes(), self.spec.gpus_per_node,
-                                                 suspect=suspect if time.monotonic() < settled else ()))
-            except Unreachable:
+                have = len(rules.gpu_workers_ready(self.api.nodes(), self.spec.gpus_per_node,
+                                                    suspect=suspect if time.monotonic() < settled else ()))
+            except rh.NO_ANSWER:
                 have = 0
             if have >= want:
                 return True
@@ -545,27 +408,6 @@ class Supervisor:
             if time.time() > deadline:
                 return False
             self.sleep()
-
-
-def _files(path: str) -> list[tuple[str, int, int]]:
-    out = []
-    for where, _dirs, names in os.walk(path):
-        for name in names:
-            try:
-                st = os.lstat(os.path.join(where, name))
-            except OSError:
-                continue
-            out.append((os.path.relpath(os.path.join(where, name), path), st.st_size, st.st_mtime_ns))
-    return sorted(out)
-
-
-def _signature(path: str) -> tuple[tuple[str, int, int], ...]:
-    """A checkpoint dir's files (path, size, mtime): another one means it was written again."""
-    return tuple(_files(path))
-
-
-def _bytes(path: str) -> int:
-    return sum(size for _, size, _ in _files(path))
 
 
 def _iso_ms(ms: Any) -> str | None:
@@ -584,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"supervise.py: cannot use spec {args.spec}: {e}", file=sys.stderr, flush=True)
         return 2
-    sup = Supervisor(spec, HeadAPI(spec.head_url, spec.token_file), load_reporter(spec))
+    sup = Supervisor(spec, rh.RayHead(spec.head_url, token_file=spec.token_file), load_reporter(spec))
 
     def signalled(signum: int, _frame: Any) -> None:
         sup.emit("supervisor_signalled", signal=signal.Signals(signum).name, at=now_iso())
@@ -593,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signalled)
     try:
         return sup.main()
-    except Refused as e:
+    except rh.Refused as e:
         return sup.finish("FAILED", f"the Ray head at {spec.head_url} refused the supervisor: {e}", broken=True)
 
 

@@ -147,6 +147,8 @@ _.bytes_sent
 _.dead_count
 _.dead_nodes
 _.differences
+_.driver_exit_code
+_.end_time
 _.existing_run
 _.force_killed
 _.from_

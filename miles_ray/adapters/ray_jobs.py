@@ -1,8 +1,8 @@
-"""Thin layer over the Ray Jobs API (``ray.job_submission.JobSubmissionClient``).
-
-``ray`` is imported lazily inside the functions (``ray.job_submission`` costs ~0.2 s), and the
-topology calls use plain HTTP against the state API (``GET /api/v0/nodes``) -- ``ray status``
-lags by seconds.
+"""Thin layer over a Ray head's HTTP APIs: the run controller's Ray client (:mod:`miles_ray.controller.ray_http`,
+plain HTTP: a job's status, logs, stop, the job list, the state API's nodes -- ``ray status`` lags by seconds --,
+the version, the drivers' activity) and, for what only Ray's SDK does (``ray.job_submission.JobSubmissionClient``:
+a submit that uploads the job's ``working_dir``, a log stream), the SDK, imported lazily inside those functions
+(``ray.job_submission`` costs ~0.2 s).
 
 Every failure is one typed error (:mod:`miles_ray.core.errors`) naming the address: ``Unreachable`` when the
 head does not answer (by exception type: connection errors, timeouts), else the type of the HTTP status the
@@ -16,23 +16,18 @@ a head that refuses (401 without a token, 403 with a wrong one) is one ``Forbidd
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
-import shutil
-import tempfile
 import time
-import urllib.error
-import urllib.request
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from miles_ray.adapters import ray_auth
+from miles_ray.adapters.ray_package import own_package
+from miles_ray.controller import ray_http
+from miles_ray.controller.rules import gpu_workers_ready, head_of
 from miles_ray.core.errors import ClusterError, ConfigError, NotFound, TimedOut, Unreachable, from_http_status
 from miles_ray.core.progress import Progress
-from miles_ray.core.supervision import gpu_workers_ready
 
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -144,34 +139,31 @@ def _call(address: str, what: str, fn: Callable[[], Any]) -> Any:
 # ------------------------------------------------------------------------------------------
 
 
-def _get_json(address: str, path: str, timeout: float) -> Any:
-    request = urllib.request.Request(f"{address}{path}", headers=ray_auth.headers(address))
+def _head(address: str, what: str, ask: Callable[[ray_http.RayHead], Any], job: bool = False) -> Any:
+    """``ask(head)`` of the head at ``address`` (with its token), its failure as one typed error (``job``: a 404 is
+    an unknown job)."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310
-            return json.load(resp)
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            raise _refused(address, exc.code, f"GET {path}") from exc
-        raise from_http_status(exc.code, f"GET {path} failed on the Ray head at {address}: HTTP {exc.code}",
+        return ask(ray_http.RayHead(address, headers=ray_auth.headers(address)))
+    except ray_http.Refused as exc:
+        raise _refused(address, exc.status, what) from exc
+    except ray_http.Answered as exc:
+        if job and exc.status == 404:
+            raise NotFound(f"{what}: no such job on {address}", hint=RUNS_HINT, status=404) from exc
+        raise from_http_status(exc.status, f"{what} failed on the Ray head at {address}: HTTP {exc.status}",
                                hint="is this a Ray dashboard (http://HEAD:8265)?") from exc
-    except (urllib.error.URLError, OSError) as exc:
+    except ray_http.HeadError as exc:  # no answer, or not JSON: not a Ray dashboard
         raise _unreachable(address, exc) from exc
-    except ValueError as exc:
-        raise _unreachable(address, f"the answer to GET {path} is not JSON: not a Ray dashboard") from exc
 
 
 def cluster_topology(address: str, timeout: float = 5.0) -> dict:
-    """ALIVE nodes with head flag, GPUs and CPUs, from ``GET {address}/api/v0/nodes``."""
+    """ALIVE nodes with head flag, GPUs and CPUs, from the state API's nodes."""
     address = normalize_address(address)
     return _topology(address, _node_rows(address, timeout))
 
 
 def _node_rows(address: str, timeout: float = 5.0, detail: bool = False) -> list[dict]:
-    """Ray's node rows (``GET /api/v0/nodes``; ``detail``: with their start times)."""
-    payload = _get_json(address, "/api/v0/nodes?limit=10000" + ("&detail=true" if detail else ""), timeout)
-    data = (payload.get("data") or {}).get("result") or {}
-    rows = data.get("result", []) if isinstance(data, dict) else data
-    return list(rows or [])
+    """Ray's node rows (the state API's; ``detail``: with their start times)."""
+    return _head(address, "reading its nodes", lambda head: head.nodes(detail=detail, timeout=timeout))
 
 
 def _topology(address: str, rows: list[dict]) -> dict:
@@ -207,24 +199,18 @@ def _topology(address: str, rows: list[dict]) -> dict:
 
 
 def head_node(address: str, timeout: float = 5.0) -> dict:
-    """The head now serving ``address`` as Ray knows it (``GET /api/v0/nodes``): ``node_id`` of the ALIVE head
-    node (None if none is ALIVE) and ``alive`` (the ids of every ALIVE node: a job whose driver node is not among
-    them runs nowhere)."""
+    """The head now serving ``address`` as Ray knows it (:func:`miles_ray.controller.rules.head_of`): ``node_id``
+    of the ALIVE head node (None if none is ALIVE), its ``start_time_ms`` and ``alive`` (the ids of every ALIVE
+    node: a job whose driver node is not among them runs nowhere)."""
     address = normalize_address(address)
-    payload = _get_json(address, "/api/v0/nodes?limit=10000", timeout)
-    data = (payload.get("data") or {}).get("result") or {}
-    rows = [n for n in (data.get("result", []) if isinstance(data, dict) else data) or [] if n.get("state") == "ALIVE"]
-    head = next((n for n in rows if n.get("is_head_node")), None) or {}
-    return {"node_id": head.get("node_id"),
-            "alive": sorted(n.get("node_id") for n in rows if n.get("node_id"))}
+    head = head_of(_node_rows(address, timeout, detail=True))
+    return {**head, "alive": sorted(head["alive"])}
 
 
 def ray_version(address: str, timeout: float = 5.0) -> str | None:
-    """The Ray version the head runs (``GET /api/version``), or None if it does not say."""
+    """The Ray version the head runs, or None if it does not say."""
     address = normalize_address(address)
-    payload = _get_json(address, "/api/version", timeout)
-    version = payload.get("ray_version") if isinstance(payload, dict) else None
-    return str(version) if version else None
+    return _head(address, "reading its version", lambda head: head.version(timeout))
 
 
 def wait_for_gpu_nodes(
@@ -237,7 +223,7 @@ def wait_for_gpu_nodes(
     among: Callable[[], set[str] | dict[str, float | None]] | None = None,
 ) -> dict:
     """Block until at least ``n_nodes`` ALIVE nodes each advertise >= ``gpus_per_node`` GPUs, counted by the rule
-    of every wait for GPU workers (:func:`miles_ray.core.supervision.gpu_workers_ready`, the supervisor's too).
+    of every wait for GPU workers (:func:`miles_ray.controller.rules.gpu_workers_ready`, the supervisor's too).
 
     ``among``, read again at each poll, gives the pods that may count (on Kubernetes: the worker pods that
     exist now, by IP, or IP -> creation time in ms): a node whose pod was deleted a moment ago stays ALIVE in Ray
@@ -274,21 +260,25 @@ def wait_for_gpu_nodes(
 # ------------------------------------------------------------------------------------------
 
 
-def _info_dict(info: Any) -> dict:
-    status = getattr(info, "status", None)
-    return {
-        "job_id": getattr(info, "submission_id", None) or getattr(info, "job_id", None),
-        "ray_job_id": getattr(info, "job_id", None),
-        "status": str(getattr(status, "value", status)) if status is not None else None,
-        "message": getattr(info, "message", None),
-        "entrypoint": getattr(info, "entrypoint", None),
-        "metadata": dict(getattr(info, "metadata", None) or {}),
-        "start_time": getattr(info, "start_time", None),
-        "end_time": getattr(info, "end_time", None),
-        "driver_exit_code": getattr(info, "driver_exit_code", None),
-        "runtime_env": getattr(info, "runtime_env", None),
-        "driver_node_id": getattr(info, "driver_node_id", None),
-    }
+JOB_FIELDS = ("message", "entrypoint", "metadata", "start_time", "end_time", "driver_exit_code", "runtime_env",
+              "driver_node_id")  # what a job's info says besides its ids and status, as the Jobs API names it
+
+
+def _info_dict(info: dict) -> dict:
+    """A job as the Jobs API gives it (``GET /api/jobs/<id>``), in our keys."""
+    sid, ray_id = (info.get(k) for k in ("submission_id", "job_id"))
+    fields = {k: info.get(k) for k in JOB_FIELDS}
+    fields["metadata"] = dict(fields["metadata"] or {})
+    return {"job_id": sid or ray_id, "ray_job_id": ray_id,
+            "status": str(info["status"]) if info.get("status") is not None else None, **fields}
+
+
+def _job(address: str, job_id: str) -> dict:
+    what = f"status of job {job_id}"
+    info = _head(address, what, lambda head: head.job(job_id), job=True)
+    if info is None:
+        raise NotFound(f"{what}: no such job on {address}", hint=RUNS_HINT, status=404)
+    return _info_dict(info)
 
 
 def _existing(address: str, client: Any, submission_id: str) -> Any | None:
@@ -297,28 +287,6 @@ def _existing(address: str, client: Any, submission_id: str) -> Any | None:
         return _call(address, f"looking up job {submission_id}", lambda: client.get_job_info(submission_id))
     except NotFound:
         return None
-
-
-PACKAGE_MARK = ".miles-ray-submission"
-
-
-@contextlib.contextmanager
-def _own_package(runtime_env: dict | None, submission_id: str | None) -> Iterator[dict | None]:
-    """The runtime env with its local ``working_dir`` copied into a directory of this submission's own, marked
-    with the submission id and a random token, so its package (named by content hash) is this job's alone. Ray
-    deletes a working_dir package once no job references it, and a job that reuses a package of the same hash
-    does not pin it in time (ray-project/ray#36703): the next probe found its cwd gone ("getcwd() failed ...
-    can't open file 'comm_check.py'"). The copy is removed once the SDK has uploaded it."""
-    wd = (runtime_env or {}).get("working_dir")
-    if not wd or not os.path.isdir(wd):
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="miles-ray-pkg-") as tmp:
-        own = os.path.join(tmp, "working_dir")
-        shutil.copytree(wd, own, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        with open(os.path.join(own, PACKAGE_MARK), "w", encoding="utf-8") as f:
-            f.write(f"{submission_id or ''} {uuid.uuid4().hex}\n")
-        yield {**(runtime_env or {}), "working_dir": own}
 
 
 def upload_working_dir(address: str, runtime_env: dict | None, submission_id: str | None) -> dict | None:
@@ -331,7 +299,7 @@ def upload_working_dir(address: str, runtime_env: dict | None, submission_id: st
         return runtime_env
     address = normalize_address(address)
     client = _client(address)
-    with _own_package(runtime_env, submission_id) as env:
+    with own_package(runtime_env, submission_id) as env:
         uploaded = dict(env or {})
         _call(address, "uploading the job's working dir", lambda: client._upload_working_dir_if_needed(uploaded))
     return uploaded
@@ -361,7 +329,7 @@ def submit(
     if metadata:
         kwargs["metadata"] = {str(k): str(v) for k, v in metadata.items()}
     try:
-        with _own_package(kwargs.get("runtime_env"), submission_id) as env:
+        with own_package(kwargs.get("runtime_env"), submission_id) as env:
             if env is not None:
                 kwargs["runtime_env"] = env
             job_id = client.submit_job(**kwargs)
@@ -378,9 +346,7 @@ def submit(
 
 
 def status(address: str, job_id: str) -> dict:
-    address = normalize_address(address)
-    client = _client(address)
-    return _info_dict(_call(address, f"status of job {job_id}", lambda: client.get_job_info(job_id)))
+    return _job(normalize_address(address), job_id)
 
 
 def wait(
@@ -392,10 +358,9 @@ def wait(
 ) -> dict:
     """Poll until the job's status is in ``until`` (default: terminal); ``TimedOut`` after ``timeout`` seconds."""
     address = normalize_address(address)
-    client = _client(address)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        info = _info_dict(_call(address, f"status of job {job_id}", lambda: client.get_job_info(job_id)))
+        info = _job(address, job_id)
         if info["status"] in until or info["status"] in TERMINAL:
             return info
         if deadline is not None and time.monotonic() >= deadline:
@@ -405,8 +370,7 @@ def wait(
 
 def logs(address: str, job_id: str) -> str:
     address = normalize_address(address)
-    client = _client(address)
-    return _call(address, f"logs of job {job_id}", lambda: client.get_job_logs(job_id))
+    return _head(address, f"logs of job {job_id}", lambda head: head.logs(job_id), job=True)
 
 
 def follow_logs(address: str, job_id: str) -> Iterator[str]:
@@ -456,14 +420,12 @@ def follow_logs(address: str, job_id: str) -> Iterator[str]:
 def stop(address: str, job_id: str) -> bool:
     """Ask Ray to stop the job; True if a stop was issued (False if it had already ended)."""
     address = normalize_address(address)
-    client = _client(address)
-    return bool(_call(address, f"stopping job {job_id}", lambda: client.stop_job(job_id)))
+    return _head(address, f"stopping job {job_id}", lambda head: head.stop(job_id), job=True)
 
 
 def list_jobs(address: str) -> list[dict]:
     address = normalize_address(address)
-    client = _client(address)
-    jobs = _call(address, "listing jobs", client.list_jobs)
+    jobs = _head(address, "listing jobs", lambda head: head.jobs())
     return sorted((_info_dict(j) for j in jobs), key=lambda j: j.get("start_time") or 0)
 
 
@@ -473,17 +435,12 @@ def list_jobs(address: str) -> list[dict]:
 
 
 def activity(address: str, timeout: float = 10.0) -> dict:
-    """What the dashboard's activity API says about drivers (``GET /api/component_activities``: ``is_active``
-    ACTIVE/INACTIVE/ERROR, ``last_activity_at`` = the latest job end, seconds since the epoch), plus when the head
-    node started (``/api/v0/nodes``, for a cluster that has never run a job)."""
+    """What the dashboard's activity API says about drivers (``is_active`` ACTIVE/INACTIVE/ERROR,
+    ``last_activity_at`` = the latest job end, seconds since the epoch), plus when the head node started (its
+    node row, for a cluster that has never run a job)."""
     address = normalize_address(address)
-    driver = (_get_json(address, f"/api/component_activities?timeout={int(timeout)}", timeout + 5) or {}).get(
-        "driver") or {}
-    payload = _get_json(address, "/api/v0/nodes?limit=10000&detail=true", timeout)
-    data = (payload.get("data") or {}).get("result") or {}
-    rows = data.get("result", []) if isinstance(data, dict) else data
-    head = next((n for n in rows or [] if n.get("is_head_node") and n.get("state") == "ALIVE"), {})
-    started_ms = head.get("start_time_ms")
+    driver = _head(address, "reading its activity", lambda head: head.driver_activity(timeout))
+    started_ms = head_node(address, timeout).get("start_time_ms")
     return {"status": driver.get("is_active"), "reason": driver.get("reason"),
             "observed_at": driver.get("timestamp"), "last_activity_at": driver.get("last_activity_at"),
             "head_started_at": started_ms / 1000 if started_ms else None}

@@ -1,6 +1,6 @@
 """The run supervisor on a KubeRay cluster as Kubernetes objects: a ConfigMap holding the supervisor program
-(``launchers/supervise.py`` and the pure modules it imports from its own directory:
-:func:`miles_ray.adapters.supervisor_program.program_files`) and its spec, and a ``batch/v1`` Job
+(``launchers/supervise.py`` and the standard-library modules it imports from its own directory:
+:func:`miles_ray.controller.program.program_files`) and its spec, and a ``batch/v1`` Job
 ``<run>-supervisor`` that runs it in the cluster's own pinned image. Pure: dicts in, dicts out.
 
 Why a Job and not KubeRay's RayJob with ``clusterSelector``: a RayJob's submitter (K8sJobMode) submits ONE

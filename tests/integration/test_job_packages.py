@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_ray.adapters import ray_auth, ray_jobs
+from miles_ray.adapters import ray_auth, ray_jobs, ray_package
 from tests.infra.fixtures import poll
 
 pytestmark = pytest.mark.ray
@@ -45,4 +45,4 @@ def test_the_same_directory_is_two_packages_and_each_job_runs_from_its_own(env, 
         logs = client.get_job_logs(job_id)
         line = next(ln for ln in logs.splitlines() if ln.startswith("HELLO_FROM"))
         listed = json.loads(line.split(" ", 1)[1].replace("'", '"'))
-        assert "hello.py" in listed and ray_jobs.PACKAGE_MARK in listed, listed
+        assert "hello.py" in listed and ray_package.PACKAGE_MARK in listed, listed

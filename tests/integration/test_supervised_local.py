@@ -18,7 +18,7 @@ import pytest
 
 from miles_ray.adapters import ray_jobs, state
 from miles_ray.adapters.local_ray.supervisor import LocalSupervisor
-from miles_ray.adapters.supervisor_program import write_program
+from miles_ray.controller.program import write_program
 from miles_ray.core.supervision import parse_events
 from tests.conftest import REPO
 from tests.infra.fixtures import poll

@@ -23,6 +23,10 @@ def test_services_return_typed_results():
     assert len(found) <= 3, found
 
 
+def test_ray_is_spoken_to_over_http_by_the_run_controllers_client_only():
+    assert figures.figures()["ray_http_modules"] == ["miles_ray/controller/ray_http.py"]
+
+
 def test_no_verb_imports_another_verb():
     assert figures.figures()["verb_imports"] == []
 

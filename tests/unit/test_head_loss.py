@@ -155,3 +155,24 @@ def test_another_head_pod_is_enough_when_rays_state_api_does_not_answer_yet(head
     state.save_record(_record())
     st = RayJob(state.load_record("r-1"), url=URL).state()
     assert st.status == "FAILED" and "the head now is head pod ml/q4-head-y (uid uid-new" in st.message
+
+
+@pytest.mark.parametrize("head_now_is, started, want", [
+    # the head pod is the same, Ray's head node id is not known from the submit: only the start times tell
+    ({"node_id": NEW["node_id"], "start_time_ms": 5_000}, 1_000, "FAILED"),  # the job is older than the head
+    ({"node_id": NEW["node_id"], "start_time_ms": 5_000}, 6_000, "RUNNING"),  # it started on this head
+    ({"node_id": None, "start_time_ms": None}, 1_000, "RUNNING"),  # no head ALIVE yet: not known, not lost
+])
+def test_the_unsupervised_path_judges_a_lost_job_by_the_supervisors_rule(head_now, monkeypatch, head_now_is, started,
+                                                                          want):
+    """The run's own verbs (no supervisor) use the run controller's head-loss rule (rules.lost_with_head): the same
+    verdicts as the supervisor's, the job's start against the head's included."""
+    unknown = {**OLD, "node_id": None}
+    monkeypatch.setattr(ray_job, "serving_pod", lambda url: {"pod": OLD["pod"], "pod_uid": OLD["pod_uid"]})
+    monkeypatch.setattr(ray_jobs, "head_node", lambda url, timeout=5: {**head_now_is, "alive": ["w" * 56]})
+    head_now["miles-ray-q4-r-1"] = {**_running(OLD["node_id"]), "start_time": started}
+    state.save_record(_record(head=unknown))
+    st = RayJob(state.load_record("r-1"), url=URL).state()
+    assert st.status == want, st
+    if want == "FAILED":
+        assert "the job started before the head now serving" in st.message

@@ -1,11 +1,10 @@
-"""How a local node's start is waited for (``local_ray.nodes.poll_nodes``), against real loopback sockets: a
-dashboard that refuses connections for HEAD_GONE seconds in a row means the head is gone (HeadLost), one that
-answers slowly or with errors only means "not ready yet" until the attempt's time runs out."""
+"""How a local node's start is waited for (``local_ray.nodes.poll_nodes``), against real loopback sockets (the
+fake head of tests/infra/fake_ray_head.py): a dashboard that refuses connections for HEAD_GONE seconds in a row
+means the head is gone (HeadLost), one that answers slowly or with errors only means "not ready yet" until the
+attempt's time runs out."""
 
 from __future__ import annotations
 
-import http.server
-import json
 import socket
 import subprocess
 import threading
@@ -14,40 +13,13 @@ import time
 import pytest
 
 from miles_ray.adapters.local_ray import nodes
+from tests.infra.fake_ray_head import FakeRayHead
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class _Server:
-    """A real HTTP server on loopback answering /api/v0/nodes with ``status`` (and ``rows`` when 200)."""
-
-    def __init__(self, port: int = 0, status: int = 200, rows: list[dict] | None = None) -> None:
-        outer = self
-        self.status, self.rows = status, rows or []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                body = json.dumps({"data": {"result": {"result": outer.rows}}}).encode()
-                self.send_response(outer.status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def test_a_dashboard_refusing_connections_long_enough_is_a_lost_head():
@@ -90,7 +62,7 @@ def test_without_head_gone_after_refusals_only_time_the_attempt_out():
 
 
 def test_a_dashboard_answering_errors_is_not_ready_yet_not_lost():
-    srv = _Server(status=503)
+    srv = FakeRayHead(status=503)
     try:
         with pytest.raises(nodes.NodeDidNotStart) as exc:
             nodes.poll_nodes(lambda ns: ns, srv.url, budget=2.5, head_gone_after=0.5)
@@ -103,11 +75,11 @@ def test_refusals_then_an_answer_reset_the_lost_head_clock():
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     row = {"node_name": "w", "state": "ALIVE"}
-    started: list[_Server] = []
+    started: list[FakeRayHead] = []
 
     def start_later():
         time.sleep(1.0)  # refused for 1 s, less than head_gone_after
-        started.append(_Server(port=port, rows=[row]))
+        started.append(FakeRayHead(port=port, rows=[row]))
 
     t = threading.Thread(target=start_later)
     t.start()
@@ -125,7 +97,7 @@ def test_a_dashboard_refusing_this_clusters_token_is_another_clusters_and_fails_
     # Two clusters starting at once can both find 8265 free; the head that lost the race then polls the other
     # cluster's dashboard, which refuses its token. That attempt must end (new ports next time), not wait it out.
     monkeypatch.setattr(nodes, "FOREIGN_DASHBOARD_SECONDS", 1.0)
-    srv = _Server(status=status)
+    srv = FakeRayHead(status=status)
     try:
         t0 = time.monotonic()
         with pytest.raises(nodes.NodeDidNotStart) as exc:
@@ -139,7 +111,7 @@ def test_a_dashboard_refusing_this_clusters_token_is_another_clusters_and_fails_
 
 def test_one_refusal_of_the_token_then_an_answer_is_not_a_foreign_dashboard(monkeypatch):
     monkeypatch.setattr(nodes, "FOREIGN_DASHBOARD_SECONDS", 1.5)
-    srv = _Server(status=403, rows=[{"state": "ALIVE"}])
+    srv = FakeRayHead(status=403, rows=[{"state": "ALIVE"}])
     try:
         threading.Timer(0.6, lambda: setattr(srv, "status", 200)).start()
         got = nodes.poll_nodes(lambda ns: ns, srv.url, budget=20)

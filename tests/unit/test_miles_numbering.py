@@ -41,11 +41,12 @@ from pathlib import Path
 
 import pytest
 
-from miles_ray.adapters.supervisor_program import program_files
+from miles_ray.controller import rules
 from miles_ray.core import supervision as sv
 from miles_ray.services.runs.supervised import header
 from tests.conftest import REPO
 from tests.infra.scripts import load_script
+from tests.infra.fake_ray_head import shipped_program
 
 CKPT = REPO / "tests" / "fakes" / "fake_ckpt_train.py"
 METRICS = REPO / "tests" / "fakes" / "fake_metrics_train.py"
@@ -106,7 +107,7 @@ def on_disk(save: Path) -> tuple[list[int], int | None]:
     """The iterations Megatron's dirs name, and the tracker's."""
     its = sorted(int(p.name[5:]) for p in save.glob("iter_*") if p.is_dir()) if save.is_dir() else []
     tracker = save / "latest_checkpointed_iteration.txt"
-    return its, (sv.read_latest_iteration(tracker.read_text()) if tracker.exists() else None)
+    return its, (rules.read_latest_iteration(tracker.read_text()) if tracker.exists() else None)
 
 
 def run_standin(script: Path, argv: list[str], capsys) -> str:
@@ -174,7 +175,7 @@ def test_a_killed_stand_in_resumes_right_after_its_last_checkpoint_as_miles_does
     assert events_of(first.stdout) == [e for e in miles_loop(12, 3, None) if e[1] <= 7]
     its, latest = on_disk(save)
     assert (its, latest) == ([2, 5], 5)
-    assert sv.checkpoint_step(latest, None) == 5  # what attempt 1 is proven to have trained
+    assert rules.checkpoint_step(latest, None) == 5  # what attempt 1 is proven to have trained
     second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert second.returncode == 0, second.stderr
     assert events_of(second.stdout) == miles_loop(12, 3, None, loaded=5)
@@ -193,22 +194,9 @@ def test_a_killed_stand_in_resumes_right_after_its_last_checkpoint_as_miles_does
 
 @pytest.fixture(scope="module")
 def supervise(tmp_path_factory):
-    """The shipped supervisor program (supervise.py with supervision.py and metrics.py beside it), imported."""
-    import importlib.util
-
-    d = tmp_path_factory.mktemp("program")
-    for name, text in program_files().items():
-        (d / name).write_text(text)
-    spec = importlib.util.spec_from_file_location("numbering_supervise", d / "supervise.py")
-    mod = importlib.util.module_from_spec(spec)
-    before = set(sys.modules)
-    try:
-        spec.loader.exec_module(mod)
+    """The shipped supervisor program (supervise.py with the modules it ships with beside it), imported."""
+    with shipped_program(tmp_path_factory.mktemp("program"), "numbering_supervise") as mod:
         yield mod
-    finally:
-        for name in set(sys.modules) - before:
-            sys.modules.pop(name, None)
-        sys.path[:] = [p for p in sys.path if p != str(d)]
 
 
 def _supervisor(supervise, ckpt: Path):
@@ -241,8 +229,8 @@ def test_a_head_lost_right_after_checkpoint_0_is_retried(supervise, tmp_path):
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("0")
     sup = _supervisor(supervise, tmp_path)
     step = sup.checkpoint_progress(1)
-    verdict = sv.classify("FAILED", lost="the head is gone")
-    decision = sv.decide(1, verdict, step, None, 3)
+    verdict = rules.classify("FAILED", lost="the head is gone")
+    decision = rules.decide(1, verdict, step, None, 3)
     assert step == 0 and decision.retry is True and "step 0" in decision.why
 
 

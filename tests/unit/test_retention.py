@@ -8,17 +8,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from miles_ray.adapters import checkpoint_files
-from miles_ray.adapters.supervisor_program import program_files
 from miles_ray.core import supervision as sv
 from miles_ray.core.outputs import checkpoint_rows, scores_of, split_attempts, writer
 from tests.conftest import REPO
+from tests.infra.fake_ray_head import shipped_program
 
 SPEC = {"run": "r1", "head_url": "http://127.0.0.1:9", "submission_id": "s", "max_restarts": 0,
         "first_job": {"entrypoint": "python3 train.py"}}
@@ -149,19 +148,8 @@ def test_the_rule_never_deletes_what_it_must_keep(its, partial, dead, protected,
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
-    d = tmp_path_factory.mktemp("program")
-    for name, text in program_files().items():
-        (d / name).write_text(text)
-    spec = importlib.util.spec_from_file_location("shipped_supervise_retention", d / "supervise.py")
-    mod = importlib.util.module_from_spec(spec)
-    before = set(sys.modules)
-    try:
-        spec.loader.exec_module(mod)
+    with shipped_program(tmp_path_factory.mktemp("program"), "shipped_supervise_retention") as mod:
         yield mod
-    finally:
-        for name in set(sys.modules) - before:
-            sys.modules.pop(name, None)
-        sys.path[:] = [p for p in sys.path if p != str(d)]
 
 
 def save(root, it: int, tracker: bool = True, size: int = 10) -> None:

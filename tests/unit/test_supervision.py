@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miles_ray.adapters.supervisor_program import program_files
+from miles_ray.controller.program import program_files
+from miles_ray.controller import rules
 from miles_ray.core import supervision as sv
+from tests.infra.fake_ray_head import FakeRayHead, node, shipped_program
 
 SPEC = {"run": "r1", "head_url": "http://127.0.0.1:8265/", "submission_id": "miles-ray-x-r1", "max_restarts": 2,
         "first_job": {"entrypoint": "python3 train.py --save /c"},
@@ -122,7 +125,7 @@ def test_last_step_and_latest_iteration():
     logs = ("(MegatronTrainRayActor pid=1) [t rank0] actor.py:601 - step 3: {'train/loss': 0.1}\n"
             "rollout 4: {'rollout/raw_reward': 0.2}\nstep 4: {'train/loss': nan}\nstep five: {}\n")
     assert sv.last_step(logs) == 4 and sv.last_step("no steps") is None and sv.last_step(None) is None
-    assert [sv.read_latest_iteration(x) for x in ("12\n", "release", "", "x1", None)] == [12, 0, None, None, None]
+    assert [rules.read_latest_iteration(x) for x in ("12\n", "release", "", "x1", None)] == [12, 0, None, None, None]
 
 
 # -- the classifier -------------------------------------------------------------------------------------------
@@ -137,7 +140,7 @@ def test_last_step_and_latest_iteration():
     ("", "ConnectionError: Failed to connect to GCS at 10.0.0.1:6379", 1, "connection"),
 ])
 def test_failures_worth_retrying(message, logs, code, fragment):
-    v = sv.classify("FAILED", message, logs, code)
+    v = rules.classify("FAILED", message, logs, code)
     assert v.kind == "retryable" and fragment in v.reason
 
 
@@ -151,17 +154,17 @@ def test_failures_worth_retrying(message, logs, code, fragment):
     ("FAILED", "", "FileNotFoundError: /data/dapo.jsonl", "failed"),
 ])
 def test_failures_not_worth_retrying(status, message, logs, kind):
-    assert sv.classify(status, message, logs, 1 if status == "FAILED" else 0).kind == kind
+    assert rules.classify(status, message, logs, 1 if status == "FAILED" else 0).kind == kind
 
 
 def test_a_lost_head_is_retryable_whatever_the_logs():
-    v = sv.classify("FAILED", lost="Ray head node 1234 is gone")
+    v = rules.classify("FAILED", lost="Ray head node 1234 is gone")
     assert v.kind == "retryable" and "1234" in v.reason
 
 
 # -- the decision ---------------------------------------------------------------------------------------------
 
-RETRY = sv.Verdict("retryable", "a Ray node was lost (NodeDiedError)")
+RETRY = rules.Verdict("retryable", "a Ray node was lost (NodeDiedError)")
 
 
 @pytest.mark.parametrize("attempt, verdict, step, prev, budget, retry, fragment", [
@@ -173,12 +176,12 @@ RETRY = sv.Verdict("retryable", "a Ray node was lost (NodeDiedError)")
     (2, RETRY, 9, 7, 1, False, "restart budget is spent"),
     (4, RETRY, 20, 10, 3, False, "restart budget is spent"),
     (1, RETRY, 7, None, 0, False, "restart budget is spent"),
-    (1, sv.Verdict("stopped", "s"), 7, None, 3, False, "never started again"),
-    (1, sv.Verdict("failed", "exit 1"), 7, None, 3, False, "not a failure worth retrying"),
-    (1, sv.Verdict("succeeded", "ok"), 7, None, 3, False, "succeeded"),
+    (1, rules.Verdict("stopped", "s"), 7, None, 3, False, "never started again"),
+    (1, rules.Verdict("failed", "exit 1"), 7, None, 3, False, "not a failure worth retrying"),
+    (1, rules.Verdict("succeeded", "ok"), 7, None, 3, False, "succeeded"),
 ])
 def test_decide(attempt, verdict, step, prev, budget, retry, fragment):
-    d = sv.decide(attempt, verdict, step, prev, budget)
+    d = rules.decide(attempt, verdict, step, prev, budget)
     assert d.retry is retry and fragment in d.why
 
 
@@ -186,7 +189,7 @@ def test_decide(attempt, verdict, step, prev, budget, retry, fragment):
 @given(attempt=st.integers(1, 10), step=st.none() | st.integers(0, 50), prev=st.none() | st.integers(0, 50),
        budget=st.integers(0, 5), kind=st.sampled_from(["retryable", "failed", "stopped", "succeeded"]))
 def test_decide_never_retries_what_it_must_not(attempt, step, prev, budget, kind):
-    d = sv.decide(attempt, sv.Verdict(kind, "r"), step, prev, budget)
+    d = rules.decide(attempt, rules.Verdict(kind, "r"), step, prev, budget)
     if d.retry:
         assert kind == "retryable" and step is not None and (prev is None or step > prev) and attempt <= budget
 
@@ -195,7 +198,7 @@ def test_gpu_workers_alive_counts_alive_gpu_nodes_with_enough_gpus():
     rows = [{"state": "ALIVE", "is_head_node": True, "resources_total": {"CPU": 1}},
             {"state": "ALIVE", "resources_total": {"GPU": 8}}, {"state": "DEAD", "resources_total": {"GPU": 8}},
             {"state": "ALIVE", "resources_total": {"GPU": 4}}]
-    assert len(sv.gpu_workers_ready(rows, 8)) == 1 and len(sv.gpu_workers_ready(rows, 0)) == 2
+    assert len(rules.gpu_workers_ready(rows, 8)) == 1 and len(rules.gpu_workers_ready(rows, 0)) == 2
 
 
 # -- the program as shipped -----------------------------------------------------------------------------------
@@ -250,21 +253,8 @@ def test_submit_dry_run_says_whether_a_run_is_supervised(cli, clean_env):
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
-    import importlib.util
-
-    d = tmp_path_factory.mktemp("program")
-    for name, text in program_files().items():
-        (d / name).write_text(text)
-    spec = importlib.util.spec_from_file_location("shipped_supervise", d / "supervise.py")
-    mod = importlib.util.module_from_spec(spec)
-    before = set(sys.modules)
-    try:
-        spec.loader.exec_module(mod)
+    with shipped_program(tmp_path_factory.mktemp("program"), "shipped_supervise") as mod:
         yield mod
-    finally:
-        for name in set(sys.modules) - before:
-            sys.modules.pop(name, None)
-        sys.path[:] = [p for p in sys.path if p != str(d)]
 
 
 NODES = [{"node_id": "H2", "state": "ALIVE", "is_head_node": True, "start_time_ms": 5000},
@@ -278,9 +268,55 @@ NODES = [{"node_id": "H2", "state": "ALIVE", "is_head_node": True, "start_time_m
     ({"driver_node_id": "H1", "start_time": 6000}, "H2", None),  # same head, started after it: not known lost
 ])
 def test_a_job_lost_with_its_head(program, job, attempt_head, lost):
-    head = program.head_of(NODES)
+    head = program.rules.head_of(NODES)
     assert head["node_id"] == "H2" and head["alive"] == {"H2", "W1"}
-    said = program.lost_with_head(job, head, attempt_head)
+    said = program.rules.lost_with_head(job, head, attempt_head)
     assert (said is None) if lost is None else (lost in said)
-    assert program.lost_with_head(job, program.head_of(NODES[1:]), attempt_head) is None  # no head ALIVE yet
+    no_head = program.rules.head_of(NODES[1:])
+    assert program.rules.lost_with_head(job, no_head, attempt_head) is None  # no head ALIVE yet
 
+
+
+def test_the_supervisor_finds_a_job_older_than_the_head_lost_on_a_head_that_needs_detail(program):
+    """A head that came back (GCS fault tolerance) still lists the dead job RUNNING, its driver on no ALIVE node, and
+    the supervisor adopted the attempt (so it knows no head id of its start): only the head's start time shows the
+    job is older than the head. Ray's state API gives that time only with detail=true (as the fake head does): the
+    supervisor must ask for it, through the controller's one Ray client."""
+    rows = [node("H2", "10.0.0.1", gpus=0, head=True, started=5_000), node("W1", "10.0.0.2", started=5_000),
+            node("H1", "10.0.0.9", gpus=0, head=True, state="DEAD", started=100)]
+    job = {"submission_id": SPEC["submission_id"], "status": "RUNNING", "driver_node_id": "H1", "start_time": 1_000,
+           "message": None, "logs": "step 3: {'loss': 1.0}\n"}
+    lines: list[str] = []
+    with FakeRayHead(rows=rows, jobs={job["submission_id"]: job}) as head:
+        client = program.rh.RayHead(head.url)
+        assert program.rules.head_of(client.nodes(detail=False))["start_time_ms"] is None  # what it read before
+        sup = program.Supervisor(program.sv.SupervisorSpec.of({**SPEC, "head_url": head.url}), client,
+                                 out=lines.append)
+        assert sup.current_head()["start_time_ms"] == 5_000
+        verdict, step = sup.watch(1)
+    assert verdict.kind == "retryable" and "started before the head now serving (H2)" in verdict.reason, verdict
+    assert step == 3
+    assert any(p.startswith("/api/v0/nodes") and "detail=true" in p for p in head.asked)
+
+
+def test_the_shipped_program_runs_an_attempt_to_its_end_over_http(tmp_path):
+    """supervise.py and the modules it ships with, under python3 -I -S, against the fake head over HTTP: it submits
+    attempt 1 (POST /api/jobs/), follows it until the head says SUCCEEDED, and finishes SUCCEEDED (exit 0)."""
+    for name, text in program_files().items():
+        (tmp_path / name).write_text(text)
+    with FakeRayHead(rows=[node("H", gpus=0, head=True, started=1)]) as head:
+        (tmp_path / "spec.json").write_text(json.dumps({**SPEC, "head_url": head.url, "poll_seconds": 0.2,
+                                                        "checkpoint_dir": str(tmp_path / "c")}))
+        proc = subprocess.Popen([sys.executable, "-I", "-S", str(tmp_path / "supervise.py"), "--spec",
+                                 str(tmp_path / "spec.json")], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        while SPEC["submission_id"] not in head.jobs and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        head.jobs[SPEC["submission_id"]].update(status="SUCCEEDED", logs="step 0: {'loss': 1.0}\n")
+        out, _ = proc.communicate(timeout=30)
+    events = sv.parse_events(out)
+    assert proc.returncode == 0, out
+    said = [e["event"] for e in events]
+    assert said == ["supervisor_started", "attempt_started", "attempt_ended", "finished"], events
+    assert events[1]["submission_id"] == SPEC["submission_id"] and events[-1]["status"] == "SUCCEEDED"
+    assert "POST /api/jobs/" in head.asked

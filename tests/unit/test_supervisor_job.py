@@ -177,7 +177,7 @@ def test_the_configmap_holds_a_program_that_runs_where_nothing_of_miles_ray_is_i
     import subprocess
     import sys
 
-    from miles_ray.adapters.supervisor_program import program_files
+    from miles_ray.controller.program import program_files
 
     program = program_files()
     rc = _raycluster()

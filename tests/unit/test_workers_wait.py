@@ -5,20 +5,14 @@ the pods -- is the shipped program, imported from its own directory, against a s
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
 from miles_ray.adapters import ray_jobs
-from miles_ray.adapters.supervisor_program import program_files
+from miles_ray.controller import rules
 from miles_ray.core import supervision as sv
 from miles_ray.core.errors import TimedOut
-
-
-def node(node_id: str, ip: str, *, gpus: float = 8, state: str = "ALIVE", head: bool = False,
-         started: int = 0) -> dict:
-    return {"node_id": node_id, "node_ip": ip, "state": state, "is_head_node": head,
-            "resources_total": {"GPU": gpus, "CPU": 9} if gpus else {"CPU": 2}, "start_time_ms": started}
+from tests.infra.fake_ray_head import node, shipped_program
 
 
 HEAD = node("H", "10.0.0.1", gpus=0, head=True)
@@ -26,20 +20,8 @@ HEAD = node("H", "10.0.0.1", gpus=0, head=True)
 
 @pytest.fixture
 def program(tmp_path):
-    import importlib.util
-
-    for name, text in program_files().items():
-        (tmp_path / name).write_text(text)
-    spec = importlib.util.spec_from_file_location("shipped_supervise_wait", tmp_path / "supervise.py")
-    mod = importlib.util.module_from_spec(spec)
-    before = set(sys.modules)
-    try:
-        spec.loader.exec_module(mod)
+    with shipped_program(tmp_path, "shipped_supervise_wait") as mod:
         yield mod
-    finally:
-        for name in set(sys.modules) - before:
-            sys.modules.pop(name, None)
-        sys.path[:] = [p for p in sys.path if p != str(tmp_path)]
 
 
 class Clock:
@@ -84,7 +66,7 @@ def supervisor(program, monkeypatch, clock: Clock, head: Head):
     return sup, events
 
 
-NODE_LOST = sv.classify("FAILED", "ray.exceptions.ActorDiedError: The actor died unexpectedly")
+NODE_LOST = rules.classify("FAILED", "ray.exceptions.ActorDiedError: The actor died unexpectedly")
 
 
 def test_the_supervisor_does_not_count_a_deleted_pods_node_still_alive(program, monkeypatch):
@@ -97,7 +79,7 @@ def test_the_supervisor_does_not_count_a_deleted_pods_node_still_alive(program, 
     assert sup.wait_for_workers() is True  # no verdict said: a node may have been lost
     waited = clock.now - start
     assert waited >= 12  # never before the replacement joined: the stale node did not stand in for it
-    assert waited <= sv.NODE_DEATH_SECONDS + 2  # and not longer than Ray takes to find a lost node dead
+    assert waited <= rules.NODE_DEATH_SECONDS + 2  # and not longer than Ray takes to find a lost node dead
     said = [e for e in events if e["event"] == "waiting_for_workers"]
     assert said and said[0]["have"] < 2 and said[0]["want"] == 2
 
@@ -106,7 +88,7 @@ def test_the_supervisor_waits_for_a_replacement_that_joins_late(program, monkeyp
     """The replacement joins after Ray found the lost node dead: the survivor alone is 1 of 2 until then."""
     clock = Clock()
     sup, events = supervisor(program, monkeypatch, clock, Head(clock, joins_at=50, dead_at=18))
-    assert sv.node_loss_possible(NODE_LOST)
+    assert rules.node_loss_possible(NODE_LOST)
     start = clock.now
     assert sup.wait_for_workers(NODE_LOST) is True
     assert clock.now - start >= 50
@@ -118,8 +100,8 @@ def test_the_supervisor_does_not_wait_when_no_worker_can_have_been_lost(program,
     clock = Clock()
     head = Head(clock, joins_at=0, dead_at=0)  # nothing stale: B is DEAD, C is there
     sup, events = supervisor(program, monkeypatch, clock, head)
-    killed = sv.classify("FAILED", "driver killed", exit_code=137)
-    assert not sv.node_loss_possible(killed)
+    killed = rules.classify("FAILED", "driver killed", exit_code=137)
+    assert not rules.node_loss_possible(killed)
     start = clock.now
     assert sup.wait_for_workers(killed) is True and clock.now == start and events == []
 
@@ -134,14 +116,14 @@ def test_the_rule_counts_the_pods_of_now_started_after_their_pod():
             node("E", "10.0.0.6", started=3_000, state="DEAD"),
             node("F", "10.0.0.7", gpus=4, started=3_000)]  # too few GPUs
     ids = lambda got: sorted(n["node_id"] for n in got)  # noqa: E731
-    assert ids(sv.gpu_workers_ready(rows, 8)) == ["A", "B-new", "B-old", "D"]  # no view of the pods: all ALIVE
+    assert ids(rules.gpu_workers_ready(rows, 8)) == ["A", "B-new", "B-old", "D"]  # no view of the pods: all ALIVE
     pods = {"10.0.0.2": 4_000.0, "10.0.0.3": 8_500.0}  # the worker pods that exist now, and when each was made
-    assert ids(sv.gpu_workers_ready(rows, 8, pods=pods)) == ["A", "B-new"]
-    assert ids(sv.gpu_workers_ready(rows, 8, pods={"10.0.0.2", "10.0.0.3"})) == ["A", "B-new"]  # IPs only
-    assert ids(sv.gpu_workers_ready(rows, 8, pods={"10.0.0.2": 5_500.0})) == ["A"]  # 0.5 s of clock allowed
-    assert ids(sv.gpu_workers_ready(rows, 8, pods={"10.0.0.2": 7_000.0})) == []  # A started before that pod
-    assert ids(sv.gpu_workers_ready(rows, 8, suspect={"A", "D"})) == ["B-new", "B-old"]
-    assert len(sv.gpu_workers_ready(rows, 4)) == 5 and len(sv.gpu_workers_ready(rows, 0)) == 5
+    assert ids(rules.gpu_workers_ready(rows, 8, pods=pods)) == ["A", "B-new"]
+    assert ids(rules.gpu_workers_ready(rows, 8, pods={"10.0.0.2", "10.0.0.3"})) == ["A", "B-new"]  # IPs only
+    assert ids(rules.gpu_workers_ready(rows, 8, pods={"10.0.0.2": 5_500.0})) == ["A"]  # 0.5 s of clock allowed
+    assert ids(rules.gpu_workers_ready(rows, 8, pods={"10.0.0.2": 7_000.0})) == []  # A started before that pod
+    assert ids(rules.gpu_workers_ready(rows, 8, suspect={"A", "D"})) == ["B-new", "B-old"]
+    assert len(rules.gpu_workers_ready(rows, 4)) == 5 and len(rules.gpu_workers_ready(rows, 0)) == 5
 
 
 def test_the_cli_wait_does_not_count_a_replaced_pods_node_at_the_same_ip(monkeypatch):

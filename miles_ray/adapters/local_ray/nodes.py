@@ -26,14 +26,8 @@ still listed as ALIVE for a few seconds, is never taken for the new one.
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
 import secrets
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,15 +35,14 @@ from typing import Any
 from miles_ray.adapters import ray_auth
 from miles_ray.adapters.local_ray import ports, processes
 from miles_ray.adapters.local_ray import state as store
+from miles_ray.adapters.local_ray.ray_start import (  # (the constants and RAY_ENV: this package's users read them here)
+    HEAD_CPUS, HEAD_IP, HEAD_RESOURCE, NODE_RESOURCE_PREFIX, OBJECT_STORE_BYTES, RAY_ENV, child_env, head_args, node_ip,
+    ray_version, worker_args)
+from miles_ray.controller import ray_http
 from miles_ray.core.errors import ClusterError, TimedOut
 from miles_ray.core.progress import Progress
 
 
-HEAD_IP = "127.0.0.2"
-HEAD_CPUS = 2
-OBJECT_STORE_BYTES = 200_000_000
-NODE_RESOURCE_PREFIX = "miles_ray_node_"
-HEAD_RESOURCE = "miles_ray_head"
 
 START_ATTEMPTS = 3
 RETRY_BACKOFF_SECONDS = (2.0, 5.0)  # before the 2nd and the 3rd attempt
@@ -62,22 +55,6 @@ WORKER_ATTEMPT_SECONDS = 240.0
 HTTP_TIMEOUT_SECONDS = 10.0  # one state-API request; a slow answer is "not ready yet"
 POLL_SECONDS = 0.5
 
-RAY_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_memory_monitor_refresh_ms": "0",  # every fake node would watch the same host's memory
-    # Start-up waits raised for a busy machine (Ray 2.60 defaults in brackets):
-    "RAY_gcs_server_port_wait_time_s": "120",  # ray start: ~1 s attempts to reach the GCS [20]
-    "RAY_NUM_REDIS_GET_RETRIES": "120",  # ray start (worker): reads of the session name from the GCS [20]
-    "RAY_gcs_rpc_server_connect_timeout_s": "60",  # raylet: its first connection to the GCS [5 s]
-    "RAY_py_gcs_connect_timeout_s": "60",  # Python GCS clients: dashboard, agents, ray start [30 s]
-    "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "240",  # head: the dashboard publishing its address [60 s]
-    "RAY_agent_register_timeout_ms": "180000",  # raylet: its dashboard/runtime-env agents registering [30 s]
-    "RAY_worker_register_timeout_seconds": "180",  # raylet: a Ray worker process registering [60 s]
-    "RAY_health_check_timeout_ms": "30000",  # GCS: one health check of a raylet [10 s]; a dead one fails at once
-    # Every GCS client (dashboard, raylets, agents) EXITS when the GCS has not answered for this long [60 s]; a GCS
-    # starved of CPU for a minute took the head's dashboard with it (a worker then waited for a dead dashboard)
-    "RAY_gcs_rpc_server_reconnect_timeout_s": "300",
-}
 # A worker's start is judged through the head's dashboard: when that refuses connections (nothing listens on its
 # port any more) for this long, the head is gone, and restarting the worker cannot help (:class:`HeadLost`). A
 # head whose own `ray start --block` has exited is gone at once (:func:`poll_nodes` ``head``); this bound covers
@@ -108,12 +85,11 @@ class HeadLost(Exception):
 
 def _foreign(exc: BaseException) -> int | None:
     """The HTTP status when the dashboard refused this cluster's token (401/403), else None."""
-    code = getattr(exc, "code", None)
-    return code if isinstance(exc, urllib.error.HTTPError) and code in (401, 403) else None
+    return exc.status if isinstance(exc, ray_http.Refused) else None
 
 
 def _refused(exc: BaseException) -> bool:
-    return isinstance(exc, ConnectionRefusedError) or isinstance(getattr(exc, "reason", None), ConnectionRefusedError)
+    return isinstance(exc, ray_http.Unreachable) and exc.refused
 
 
 def say(progress: Progress, msg: str) -> None:
@@ -121,65 +97,22 @@ def say(progress: Progress, msg: str) -> None:
         progress(msg)
 
 
-def node_ip(index: int) -> str:
-    """Head (index 0) 127.0.0.2, worker i 127.0.0.(2+i), wrapping into the third octet."""
-    k = 2 + index
-    return f"127.0.{k // 250}.{k % 250 + (2 if k // 250 else 0)}"
-
-
-def ray_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("ray")
-    except Exception:  # noqa: BLE001
-        return "unknown"
-
-
-def child_env(state: dict) -> dict[str, str]:
-    """The environment of every ``ray start``: ours minus any Ray address/token, plus :data:`RAY_ENV` and the
-    cluster's auth: ``RAY_AUTH_MODE=token`` with ``RAY_AUTH_TOKEN_PATH`` its token file (inherited by every Ray
-    process and job driver of the node), else ``RAY_AUTH_MODE=disabled`` (explicit: never whatever token
-    happens to be in ~/.ray)."""
-    env = dict(os.environ)
-    for key in ("RAY_ADDRESS", ray_auth.TOKEN_ENV, ray_auth.TOKEN_PATH_ENV):
-        env.pop(key, None)
-    env.update(RAY_ENV)
-    if state.get("auth") == "token":
-        env[ray_auth.MODE_ENV] = "token"
-        env[ray_auth.TOKEN_PATH_ENV] = str(state["token_path"])
-    else:
-        env[ray_auth.MODE_ENV] = "disabled"
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return env
-
-
 # --------------------------------------------------------------------------------------------
 # what the dashboard says
 # --------------------------------------------------------------------------------------------
 
-NOT_READY_ERRORS = (urllib.error.URLError, OSError, ValueError, http.client.HTTPException)
+NOT_READY_ERRORS = (ray_http.HeadError,)
 
 
 def fetch_nodes(dashboard_url: str, timeout: float = 5.0) -> list[dict]:
-    """All nodes (ALIVE and DEAD) from the state API ``GET /api/v0/nodes``."""
-    url = dashboard_url.rstrip("/") + "/api/v0/nodes?limit=10000"
-    request = urllib.request.Request(url, headers=ray_auth.headers(dashboard_url))
-    with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 (local http)
-        payload = json.load(resp)
-    data = payload.get("data", {}).get("result", {})
-    rows = data.get("result", data) if isinstance(data, dict) else data
-    return list(rows or [])
+    """All nodes (ALIVE and DEAD) from the state API."""
+    return ray_http.RayHead(dashboard_url, headers=ray_auth.headers(dashboard_url)).nodes(detail=False,
+                                                                                          timeout=timeout)
 
 
 def jobs_api_answers(dashboard_url: str, timeout: float = 5.0) -> bool:
-    """The Jobs API (``GET /api/jobs/``) answers 200: the dashboard's job module is loaded."""
-    try:
-        request = urllib.request.Request(dashboard_url.rstrip("/") + "/api/jobs/", headers=ray_auth.headers(dashboard_url))
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310
-            return resp.status == 200
-    except NOT_READY_ERRORS:
-        return False
+    """The Jobs API answers 200: the dashboard's job module is loaded."""
+    return ray_http.RayHead(dashboard_url, headers=ray_auth.headers(dashboard_url)).jobs_api_answers(timeout)
 
 
 def alive(nodes: list[dict]) -> list[dict]:
@@ -282,51 +215,6 @@ def last_line(text: str) -> str:
     """The last line of a ``ray start`` log worth quoting (the error, not a blank or a ruler)."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip().strip("-=~ ")]
     return (lines[-1][:240] if lines else "no output")
-
-
-# --------------------------------------------------------------------------------------------
-# ray start arguments
-# --------------------------------------------------------------------------------------------
-
-
-def head_args(state: dict, node_name: str, gcs_port: int, dashboard_port: int, client_port: int) -> list[str]:
-    return [
-        "--head",
-        f"--port={gcs_port}",
-        f"--node-ip-address={HEAD_IP}",
-        f"--node-name={node_name}",
-        "--num-gpus=0",
-        f"--num-cpus={int(state['head_cpus'])}",
-        f"--object-store-memory={int(state['object_store_memory'])}",
-        f"--temp-dir={state['temp_dir']}",
-        "--include-dashboard=True",
-        "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dashboard_port}",
-        "--dashboard-agent-listen-port=0",  # the agent binds a port of its own choosing and publishes it
-        f"--ray-client-server-port={client_port}",  # Ray starts it whenever ray[client] is installed
-        f"--resources={json.dumps({HEAD_RESOURCE: 1})}",
-        "--min-worker-port=0",  # OS-chosen worker ports: raylets on one host must not share a port range
-        "--max-worker-port=0",
-        "--disable-usage-stats",
-    ]
-
-
-def worker_args(state: dict, index: int, node_name: str) -> list[str]:
-    return [
-        f"--address={state['gcs_address']}",
-        f"--node-ip-address={node_ip(index)}",
-        f"--node-name={node_name}",
-        f"--num-gpus={int(state['gpus_per_node'])}",
-        f"--num-cpus={int(state['cpus_per_node'])}",
-        f"--object-store-memory={int(state['object_store_memory'])}",
-        f"--temp-dir={state['temp_dir']}",
-        "--dashboard-agent-listen-port=0",
-        "--include-log-monitor=False",  # the head's log monitor already reads the shared session dir
-        "--min-worker-port=0",
-        "--max-worker-port=0",
-        f"--resources={json.dumps({f'{NODE_RESOURCE_PREFIX}{index}': 1})}",
-        "--disable-usage-stats",
-    ]
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 (its own session: closing the terminal or the CLI exiting changes nothing) running ``supervise.py`` with this
 venv's python. What it needs lives in ``<state dir>/supervisors/<run>/`` (the run record keeps that dir relative to
 the state dir: a state dir moved elsewhere is read the same): ``program/`` (the shipped program,
-:mod:`miles_ray.adapters.supervisor_program`), ``spec.json`` (its input),
+:mod:`miles_ray.controller.program`), ``spec.json`` (its input),
 ``events.log`` (its stdout: one ``MILES_RAY_SUPERVISOR`` event a line), ``stderr.log``, ``process.json`` (its PID
 and start time: a PID reused by another process is never signalled).
 """
@@ -20,7 +20,7 @@ from typing import Any
 from miles_ray.adapters import state
 from miles_ray.adapters.local_ray.processes import proc_stat, start_ticks
 from miles_ray.adapters.ray_auth import write_token_file
-from miles_ray.adapters.supervisor_program import write_program
+from miles_ray.controller.program import write_program
 from miles_ray.core.supervision import parse_events
 
 STOP_WAIT_SECONDS = 10.0

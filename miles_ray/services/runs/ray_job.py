@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 
 from miles_ray.adapters import ray_jobs, state
 from miles_ray.adapters.ray_head import local_head_gone, open_head, serving_pod
+from miles_ray.controller.rules import lost_with_head
 from miles_ray.core.errors import ClusterError, ConfigError, Conflict, JobFailed, NotFound, TimedOut
 from miles_ray.core.records import Attempt, RunRecord, as_record
 from miles_ray.core.runs import (ENDED, JobInfo, JobSubmitted, RunStatus, SavedCopySource, Stopped, head_change,
@@ -84,12 +85,14 @@ class RayJob:
                 node_id = None
             now = head_identity(node_id, pod)
             why = head_change(recorded, now)
-        else:
+        else:  # THE head-loss rule, the run supervisor's (miles_ray.controller.rules.lost_with_head)
             ray_head = ray_jobs.head_node(url)
             now = head_identity(ray_head["node_id"], pod)
-            why = head_change(recorded, now)
-            if why is None or (info is not None and info.driver_node_id in ray_head["alive"]):
+            lost = lost_with_head({"driver_node_id": info.driver_node_id, "start_time": info.start_time}
+                                  if info is not None else {}, ray_head, recorded.get("node_id"))
+            if lost is None:
                 return None
+            why = head_change(recorded, now) or lost
         return self._mark_lost(why, now)
 
     def head_lost(self) -> Attempt | None:

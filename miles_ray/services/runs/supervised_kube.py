@@ -13,7 +13,7 @@ from typing import Any
 from miles_ray.adapters import kube, state
 from miles_ray.adapters.kube import supervisors
 from miles_ray.adapters.kube.rayclusters import RayClusters
-from miles_ray.adapters.supervisor_program import program_files
+from miles_ray.controller.program import program_files
 from miles_ray.core import supervisor_job as sj
 from miles_ray.core.errors import ClusterError, NotFound
 from miles_ray.core.heads import parse_head
