@@ -32,6 +32,10 @@ Values: the eval score climbs linearly to ``$MILESRAY_TEST_FAKE_EVAL_FINAL`` (de
 at checkpoint P and falls after it (a best checkpoint that is not the newest). ``$MILESRAY_TEST_FAKE_TRAIN_EXIT`` sets the exit code;
 ``$MILESRAY_TEST_FAKE_ROLLOUT_SECONDS`` (default 0) how long each rollout takes (a run that is still running);
 ``$MILESRAY_TEST_FAKE_HANG_AFTER=N`` makes it print nothing more after rollout N, as a stuck NCCL collective does.
+
+With ``--save DIR``, every metric value it prints is also stated in ``DIR/.stand-in-metrics`` (``<name> <rollout id>
+<value>`` a line, appended as printed), so a test can hold what a reader made of the log lines (miles-ray's parser,
+Polyaxon's points) to the values themselves, never to a second parse of the same lines.
 Standard library only.
 """
 
@@ -65,6 +69,14 @@ def _eval_names(argv: list[str]) -> list[str]:
 def _log(where: str, message: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"[{stamp} rank0] {where} - {message}", flush=True)
+
+
+def _state(save: str | None, rid: int, metrics: dict[str, object]) -> None:
+    """Append the values just printed to ``<save>/.stand-in-metrics`` (none without --save)."""
+    if save:
+        os.makedirs(save, exist_ok=True)
+        with open(os.path.join(save, ".stand-in-metrics"), "a") as fh:
+            fh.writelines(f"{name} {rid} {value}\n" for name, value in metrics.items())
 
 
 def _int_or_none(text: str | None) -> int | None:
@@ -121,14 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     peak = _int_or_none(os.environ.get("MILESRAY_TEST_FAKE_EVAL_PEAK"))
 
     def evaluate(rid: int, trained: int) -> None:  # the model after ``trained`` rollouts
-        parts = []
+        parts, stated = [], {}
         # climbing; with $MILESRAY_TEST_FAKE_EVAL_PEAK=P, falling again after checkpoint P (P + 1 rollouts trained)
         score = trained if peak is None or trained <= peak + 1 else 2 * (peak + 1) - trained
         for name in evals:
-            parts.append(f"'eval/{name}': {round(eval_final * score / num_rollout, 6)}")
+            stated[f"eval/{name}"] = round(eval_final * score / num_rollout, 6)
+            parts.append(f"'eval/{name}': {stated[f'eval/{name}']}")
             parts.append(f"'eval/{name}-truncated_ratio': 0.03")
             parts.append(f"'eval/{name}-none_reward_ratio': 0.0")
         _log("rollout.py:61", f"eval {rid}: {{{', '.join(parts)}}}")
+        _state(save, rid, stated)
 
     for rid in range(start, num_rollout):
         if eval_interval is not None and rid == start and not skip_eval_before_train:
@@ -145,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         loss = "nan" if nan_from and rid >= int(nan_from) else round(0.05 * (1 - frac), 6)
         _log("actor.py:601", f"step {rid}: {{'train/loss': {loss}, "
                              f"'train/grad_norm': 0.21, 'train/kl_loss': 0.0}}")
+        _state(save, rid, {"rollout/episode_raw_reward": reward, "perf/rollout_time": 1.5, "rollout/raw_reward": reward,
+                           "train/loss": loss})
         if save and should_run_periodic_action(rid, save_interval, None, num_rollout):
             path = os.path.join(save, f"iter_{rid:07d}")
             os.makedirs(path, exist_ok=True)

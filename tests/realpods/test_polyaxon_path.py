@@ -393,22 +393,33 @@ def _check_polyaxon_run(miles: SimpleNamespace, run: str, eval_final: float) -> 
     assert any(f"step {ROLLOUTS - 1}: " in line for line in logs), logs[-5:]
     code, out, err = miles.mr("logs", run)
     assert code == 0, err[-2000:]
-    want = parse_metrics(out)["metrics"]
-    assert want["eval/aime"]["value"] == eval_final
+    on_claim = live.px.data / Path(rec["checkpoint_dir"]).relative_to("/mnt/miles")
+    stated = _stated_metrics(on_claim)  # the values the STAND-IN trainer says it printed, not a parse of its logs
+    assert stated["eval/aime"][-1][1] == eval_final  # the final score the test asked the trainer for
     got = runs.metrics(uuid, list(KINDS.values()))
+    parsed = parse_metrics(out)["metrics"]  # miles-ray's own reading of the logs
     for kind, name in KINDS.items():
-        assert want[name]["kind"] == kind
-        assert len(got[name]) == want[name]["count"], (name, got[name])
-        assert got[name][-1] == (want[name]["id"], want[name]["value"]), (name, got[name][-1], want[name])
+        assert sorted(got[name]) == sorted(stated[name]), (name, got[name], stated[name])  # each point, once
+        assert parsed[name]["kind"] == kind and parsed[name]["count"] == len(stated[name]), (name, parsed[name])
+        assert (parsed[name]["id"], parsed[name]["value"]) == stated[name][-1], (name, parsed[name])
     lineage = {a["name"]: a for a in runs.lineage(uuid)}
     ckpt = lineage["checkpoints"]
     assert ckpt["kind"] == "dir" and ckpt["is_input"] is False
     assert ckpt["summary"]["checkpoint_dir"] == rec["checkpoint_dir"]
     # Miles' numbering: the one checkpoint is saved after the last rollout, ROLLOUTS - 1
     assert ckpt["summary"]["latest_iteration"] == str(ROLLOUTS - 1)
-    on_claim = live.px.data / Path(rec["checkpoint_dir"]).relative_to("/mnt/miles")
     assert (on_claim / "latest_checkpointed_iteration.txt").read_text() == str(ROLLOUTS - 1)
     assert (on_claim / f"iter_{ROLLOUTS - 1:07d}").is_dir()
+
+
+def _stated_metrics(checkpoint_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """``.stand-in-metrics`` (tests/fakes/fake_metrics_train.py: every value it printed, as it printed it): per
+    metric, its ``(rollout id, value)`` points in order."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for line in (checkpoint_dir / ".stand-in-metrics").read_text().splitlines():
+        name, rid, value = line.split()
+        out.setdefault(name, []).append((int(rid), float(value)))
+    return out
 
 
 def _supervisor_logs(live: SimpleNamespace, run: str) -> list[str]:

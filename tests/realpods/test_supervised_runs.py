@@ -10,7 +10,8 @@ namespace then enforces the restricted Pod Security Standard), downed at the end
 Redis). Scenarios: a worker pod lost (resumed from the last checkpoint, figures), the head pod lost (GCS fault
 tolerance: the workers' containers are not restarted; a driver on a worker keeps running through it; the run's
 driver, which ran on the head, is resubmitted), the submitting CLI killed, a bad flag, stop while the supervisor
-waits for workers, the restart budget spent.
+waits for workers, the restart budget spent, and an UNsupervised run's job lost with the head while the new head
+(GCS fault tolerance) still says it is RUNNING: ``status RUN`` read then.
 
 What is fake here, and why: the GPUs (no GPU on this machine) and Miles's ``train.py``: the FAKE checkpointing
 trainer tests/fakes/fake_ckpt_train.py (steps of about a second on actors on both GPU workers, a checkpoint every K
@@ -25,8 +26,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -475,15 +478,26 @@ def test_a_worker_pod_lost_mid_run_is_resumed_from_the_last_checkpoint(cluster: 
 
 
 def test_the_run_goes_on_when_the_submitting_cli_is_killed(cluster: SimpleNamespace) -> None:
+    """``submit --follow`` SIGKILLed while it follows the run (it has printed a training step of the job's logs):
+    the run's supervisor carries it to the end without it."""
     args = _submit_args("orphan", steps=2 * K)
     args.remove("--no-follow")
-    proc = subprocess.Popen([sys.executable, "-m", "miles_ray", *args[:-2], "--follow"], env=cluster.env,
-                            cwd=cluster.work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "miles_ray", *args[:-2], "--follow"],
+                            env={**cluster.env, "PYTHONUNBUFFERED": "1"}, cwd=cluster.work, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True)  # what the CLI printed
+    reader.start()
     try:
-        poll("the supervisor Job", lambda: _supervisor_pods(cluster, "orphan") or proc.poll() is not None, 300)
+        poll("the submitting CLI to follow the run's logs (a training step printed)",
+             lambda: any(STEP_LINE.search(line) for line in list(said)) or proc.poll() is not None, 300)
+        alive = proc.poll() is None  # still following: the kill below is what ends it
     finally:
         proc.kill()  # the terminal that submitted the run is gone
-        proc.wait()
+        code = proc.wait()
+        reader.join(10)
+    assert alive and code == -signal.SIGKILL, (f"the submitting CLI was not following the run when killed (exit "
+                                               f"{code}); it printed:\n" + "".join(said)[-2000:])
     st = _until_final(cluster, "orphan")
     assert st["status"] == "SUCCEEDED" and len(st["attempts"]) == 1, json.dumps(st)[-3000:]
     assert _steps(_job_logs(cluster, st["attempts"][0]["submission_id"]))[-1] == 2 * K - 1
@@ -534,36 +548,46 @@ def _set_workers(live: SimpleNamespace, n: int) -> None:
                                             _content_type="application/json-patch+json")
 
 
+RUN2 = "twolost"  # not "budget": a name that says nothing about why the run ended
+
+
 def test_the_restart_budget_spent_fails_listing_every_attempt(cluster: SimpleNamespace) -> None:
-    """--max-restarts 1 and a worker lost in each attempt: attempt 2 is the last; FAILED, both listed."""
+    """--max-restarts 1 and a worker lost in each attempt: attempt 2 is the last; FAILED, both listed, and the
+    reason said is the budget's (read from the structured fields: the run's name says nothing about budgets)."""
     # 3 * TARGET steps: attempt 2 must still be training when its worker goes (it ends FAILED, not at the target)
-    first = _submit(cluster, "budget", steps=3 * TARGET, restarts=1)
+    first = _submit(cluster, RUN2, steps=3 * TARGET, restarts=1)
     sid = first["submission_id"]
     poll("attempt 1 to train past its first checkpoint", lambda: len(_steps(_job_logs(cluster, sid))) > K + 1, 300)
     cluster.core.delete_namespaced_pod(_workers(cluster)[0].metadata.name, NS, grace_period_seconds=0)
     # attempt 2 makes progress beyond attempt 1 (else the supervisor stops for "no progress", not the budget)
-    poll("attempt 1 to end", lambda: _status(cluster, "budget")["attempts"][0].get("ended"), 300)
+    poll("attempt 1 to end", lambda: _status(cluster, RUN2)["attempts"][0].get("ended"), 300)
     last1 = max(_steps(_job_logs(cluster, sid)))
     poll(f"attempt 2 to train beyond step {last1}",
          lambda: max(_steps(_job_logs(cluster, f"{sid}-a2")) or [0]) > last1, 300)
     cluster.core.delete_namespaced_pod(_workers(cluster)[0].metadata.name, NS, grace_period_seconds=0)
-    st = _until_final(cluster, "budget")
+    st = _until_final(cluster, RUN2)
     assert st["status"] == "FAILED", json.dumps(st)[-3000:]
     assert [a["attempt"] for a in st["attempts"]] == [1, 2]
     assert all(a["reason"] and a["ended"] for a in st["attempts"]), st["attempts"]
-    assert "budget" in json.dumps(st).lower(), st
-    _never_two_drivers(_ray_jobs(cluster, "budget"))
+    a1, a2 = st["attempts"]
+    assert a1["retry"] is True and "restart 1 of 1" in a1["why"], a1  # attempt 1 was worth a restart
+    # the decision to stop is the budget's: the last attempt's own ``why`` and the run's message say so
+    assert a2["retry"] is False and a2["why"].startswith("the restart budget is spent (--max-restarts 1, 2 "), a2
+    assert "not retried: the restart budget is spent" in st["message"], st["message"]
+    _never_two_drivers(_ray_jobs(cluster, RUN2))
     # the supervisor exited 0 once the run's end was decided: its container was never restarted to say it again
     # (a restart keeps one earlier log: attempt 1's events would have been lost)
     def ended_supervisor():
-        [pod] = _supervisor_pods(cluster, "budget")
+        [pod] = _supervisor_pods(cluster, RUN2)
         [c] = pod.status.container_statuses or [None]
         return c if c is not None and c.state.terminated is not None else None
 
     sup = poll("the supervisor's container to end", ended_supervisor, 120)
     assert sup.restart_count == 0 and sup.state.terminated.exit_code == 0, sup
     # what it wrote to /dev/termination-log is the pod's termination message (kubectl describe pod)
-    assert "run budget: FAILED after 2 attempt(s)" in (sup.state.terminated.message or ""), sup.state.terminated
+    said = sup.state.terminated.message or ""
+    assert said.startswith(f"run {RUN2}: FAILED after 2 attempt(s): attempt 2: ") and \
+        "not retried: the restart budget is spent (--max-restarts 1, 2 attempt(s))" in said, sup.state.terminated
     poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
 
 
@@ -647,3 +671,36 @@ def test_the_head_pod_lost_with_gcs_ft_resumes_and_keeps_the_workers(cluster: Si
     resumed = got["resumed"]
     assert resumed is not None and (resumed + 1) % K == 0 and max(s1) - resumed < K, (resumed, s1)
     assert s2 == list(range(resumed + 1, TARGET)), s2
+
+
+def test_a_job_lost_with_its_head_is_failed_while_the_new_head_still_says_running(cluster: SimpleNamespace) -> None:
+    """The stale case of a job lost with its head, on the GCS fault-tolerant cluster: an UNsupervised run
+    (``--max-restarts 0``: nothing submits it again) whose driver ran in the head pod; the head pod deleted (grace
+    0); the new head has Ray's job table back from Redis and still says the job is RUNNING. ``status RUN``, read
+    while it says so (Ray's table read just before and just after), says FAILED: lost with the head pod it started
+    on, naming that pod and the one serving now."""
+    run = "stale"
+    poll("both GPU workers in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
+    sid = _submit(cluster, run, steps=10 * TARGET, restarts=0)["submission_id"]
+    poll("the run to train a step", lambda: _steps(_job_logs(cluster, sid)), 300)
+    [head] = [p for p in cluster.core.list_namespaced_pod(
+        NS, label_selector=f"ray.io/cluster={NAME},ray.io/node-type=head").items if p.metadata.deletion_timestamp is None]
+    cluster.core.delete_namespaced_pod(head.metadata.name, NS, grace_period_seconds=0)
+
+    def read_during_the_loss():
+        before = _head_api(cluster, f"/api/jobs/{sid}")
+        if before is None or (before.get("metadata") or {}).get("miles_ray_run") != run:
+            return None  # no new head answering yet
+        assert before["status"] == "RUNNING", f"the new head does not report the lost job RUNNING: {before}"
+        st = _status(cluster, run)
+        after = _head_api(cluster, f"/api/jobs/{sid}") or {}
+        return (st, after) if after.get("status") == "RUNNING" else None
+
+    st, ray_says = poll("a read of status RUN while the new head reports the lost job RUNNING", read_during_the_loss,
+                        300, interval=1.0)
+    assert ray_says["status"] == "RUNNING"  # the stale case itself: Ray's new head, not miles-ray, says RUNNING
+    assert st["status"] == "FAILED", json.dumps(st)[-3000:]
+    lost = st["head_lost"]
+    assert lost["head"]["pod_uid"] == head.metadata.uid and lost["serving_head"]["pod_uid"] != head.metadata.uid, lost
+    assert f"{NS}/{head.metadata.name}" in lost["reason"] and "is gone" in lost["reason"], lost
+    poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
