@@ -136,8 +136,9 @@ class RunRecord(BaseModel):
 
     # -- what the record is read for -------------------------------------------------------------------------
     def dump(self) -> dict[str, Any]:
-        """The record as it is written: the keys it was given (never padded with nulls), by their names on disk."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        """The record as it is written: the keys it was given (never padded with nulls), by their names on disk, in
+        the order of its file (keys sorted at every level, as the state dir writes them)."""
+        return _sorted(self.model_dump(mode="json", by_alias=True, exclude_unset=True))
 
     @classmethod
     def fields_for(cls, use: Literal["provenance", "request"]) -> tuple[str, ...]:
@@ -200,3 +201,12 @@ def split_key(split: dict[str, Any]) -> dict[str, Any]:
 
 # fields a prepared record (dry runs print it) leaves out: set when the job is created
 RECORDED_ON_CREATION = frozenset({"polyaxon_host", "polyaxon_tracked", "head", "attempts"})
+
+
+def _sorted(value: Any) -> Any:
+    """``value`` with the keys of every dict in it sorted (what ``json.dump(sort_keys=True)`` writes)."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
