@@ -14,7 +14,9 @@ cluster), and reports what the supervisor sees:
 * the ``step`` / ``rollout`` / ``eval`` / ``perf`` lines Miles prints, read by the parser ``miles-ray runs compare``
   uses (``metrics.py``, shipped beside the supervisor), as Polyaxon metrics (``tracking`` ``Run.log_metrics``, the
   step being the line's id), and their last values as the run's outputs (what Polyaxon's comparison table shows);
-* the checkpoint directory as an output lineage artifact (``log_artifact_ref``, kind ``dir``);
+* the checkpoint directory as an output lineage artifact (``log_artifact_ref``, kind ``dir``), and each complete
+  checkpoint in it as one (kind ``model``, named as its ``iter_<N>`` dir): the lineage lists the checkpoints the run
+  keeps -- one its retention deleted is deleted from the lineage (:meth:`PolyaxonReporter.sync_checkpoints`);
 * a diverged loss (a NaN/inf value of a ``train/*loss`` metric: the ``nan_loss`` finding of ``miles-ray status RUN``),
   told once as the run's output ``nan_loss`` (what happened, at which rollout), at the next upload. Told, never
   acted on: the run goes on. (A stall is a silence, which a reporter fed by the log does not see: ``miles-ray
@@ -42,6 +44,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -132,6 +135,7 @@ class PolyaxonReporter:
         self.final: str | None = None
         self.diverged: str | None = None  # what a NaN/inf loss line said (the first one), told once as nan_loss
         self.told = False
+        self.synced_for: str | None = None  # the tracker's text when the checkpoint lineage was last made current
         atexit.register(self.close)  # a supervisor ended by a signal (stop RUN) still ships what it has written
 
     # -- the supervisor's events ----------------------------------------------------------------------------
@@ -143,6 +147,9 @@ class PolyaxonReporter:
         self.event(ev)
 
     def finished(self, ev: Mapping[str, Any]) -> None:
+        self.event(ev)
+
+    def checkpoint_deleted(self, ev: Mapping[str, Any]) -> None:
         self.event(ev)
 
     def log_chunk(self, attempt: int, text: str) -> None:
@@ -170,6 +177,8 @@ class PolyaxonReporter:
                 self._retried("log the status retrying", lambda: self._status("retrying", message))
             elif kind == "finished":
                 self.finish(str(ev.get("status") or "FAILED"), ev.get("reason") or ev.get("why"))
+            if kind in ("attempt_ended", "checkpoint_deleted"):
+                self.sync_checkpoints()
         except Exception as e:  # noqa: BLE001 - Polyaxon being unwell never stops the run
             _warn(f"could not report {kind}: {e}")
 
@@ -232,6 +241,11 @@ class PolyaxonReporter:
         except Exception as e:  # noqa: BLE001
             _warn(f"could not upload logs and metrics: {e}")
         self._tell()
+        if self.checkpoint_dir and _latest_iteration(self.checkpoint_dir) != self.synced_for:
+            try:
+                self.sync_checkpoints()  # a new complete checkpoint
+            except Exception as e:  # noqa: BLE001
+                _warn(f"could not list the kept checkpoints as lineage: {e}")
 
     def _tell(self) -> None:
         """A diverged loss seen and not told yet: the run's output ``nan_loss`` says it (one try per upload, so a
@@ -299,6 +313,7 @@ class PolyaxonReporter:
             self._retried("log the checkpoint lineage", lambda: self._lineage_ref(
                 path=self.checkpoint_dir, kind=V1ArtifactKind.DIR, name="checkpoints", summary=summary,
                 is_input=False, skip_hash_calculation=True))
+            self.sync_checkpoints()
         # The final status is what keeps Polyaxon's run from showing "running" forever
         self._retried(f"log the final status {status}", lambda: self._status(PX_STATUS.get(status, "failed"), message))
 
@@ -311,6 +326,37 @@ class PolyaxonReporter:
             self.rc.log_artifact_ref(**ref)
         finally:
             del self.rc.log_artifact_lineage  # the class's own method again
+
+    def sync_checkpoints(self) -> None:
+        """Make the run's lineage list the checkpoints it keeps: each complete checkpoint of the checkpoint dir (an
+        ``iter_<N>`` dir at or below Megatron's tracker) not listed yet is logged as an output artifact of kind
+        ``model`` named as its dir (``summary``: iteration, bytes, checkpoint_dir), all in one request; a listed one
+        that is no longer there (the run's retention deleted it) is deleted from the lineage. What is listed is read
+        from Polyaxon, so a supervisor started again carries on. Never fails the run."""
+        if not self.checkpoint_dir:
+            return
+        from polyaxon.schemas import V1ArtifactKind, V1RunArtifact
+
+        latest = _latest_iteration(self.checkpoint_dir)
+        kept = _complete_checkpoints(self.checkpoint_dir, latest)
+        try:
+            listed = {a.name for a in getattr(self.rc.get_artifacts_lineage(limit=1000), "results", None) or []
+                      if _CHECKPOINT_NAME.fullmatch(a.name or "") and (a.summary or {}).get("checkpoint_dir")
+                      == self.checkpoint_dir}
+        except Exception as e:  # noqa: BLE001
+            _warn(f"could not read the run's lineage: {e}")
+            return
+        new = [V1RunArtifact(name=name, kind=V1ArtifactKind.MODEL, path=path, is_input=False,
+                             summary={"iteration": it, "bytes": size, "checkpoint_dir": self.checkpoint_dir})
+               for name, (it, path, size) in sorted(kept.items()) if name not in listed]
+        if new:
+            self._retried("log the kept checkpoints as lineage",
+                          lambda: self.rc.log_artifact_lineage(body=new, async_req=False))
+        for name in sorted(listed - set(kept)):
+            self._retried(f"delete the lineage of deleted checkpoint {name}",
+                          lambda: self.rc.client.runs_v1.delete_run_artifact_lineage(
+                              self.rc.owner, self.rc.project, self.uuid, name))
+        self.synced_for = latest
 
     @staticmethod
     def _retried(what: str, call: Any) -> None:
@@ -426,6 +472,39 @@ def _read_journal(path: str) -> tuple[dict[int, int], dict[str, int] | None]:
         return {int(k): int(v) for k, v in data.items()}, None
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return {}, None
+
+
+_CHECKPOINT_NAME = re.compile(r"iter_\d+")
+
+
+def _complete_checkpoints(checkpoint_dir: str, latest: str | None) -> dict[str, tuple[int, str, int]]:
+    """The complete checkpoints in ``checkpoint_dir`` (``iter_<N>`` dirs, not links, N at or below the tracker's
+    ``latest``): name -> (N, path, bytes)."""
+    try:
+        names = os.listdir(checkpoint_dir)
+    except OSError:
+        return {}
+    top = int(latest) if latest is not None and latest.isdigit() else None
+    out = {}
+    for name in names:
+        path = os.path.join(checkpoint_dir, name)
+        if not _CHECKPOINT_NAME.fullmatch(name) or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        if top is None or int(name[5:]) > top:
+            continue  # being written, or a dead attempt's partial one
+        out[name] = (int(name[5:]), path, _bytes(path))
+    return out
+
+
+def _bytes(path: str) -> int:
+    size = 0
+    for where, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                size += os.lstat(os.path.join(where, name)).st_size
+            except OSError:
+                continue  # gone meanwhile
+    return size
 
 
 def _latest_iteration(checkpoint_dir: str) -> str | None:

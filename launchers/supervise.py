@@ -74,7 +74,7 @@ def say_on_termination(line: str) -> None:
 def load_reporter(spec: sv.SupervisorSpec) -> Any:
     """THE HOOK POINT for reporting elsewhere: with a ``polyaxon`` section in the spec, the object made by
     ``polyaxon_report.make_reporter(spec)`` (a module shipped beside this file) gets ``attempt_started(event)``,
-    ``log_chunk(attempt, text)``, ``attempt_ended(event)`` and ``finished(event)``. None without that section. A
+    ``log_chunk(attempt, text)``, ``attempt_ended(event)``, ``checkpoint_deleted(event)`` and ``finished(event)``. None without that section. A
     reporter that fails is said on stderr and never stops the supervisor."""
     if not spec.polyaxon:
         return None
@@ -113,7 +113,7 @@ class Supervisor:
         event = {"event": kind, **fields}
         self.out(sv.event_line(kind, **fields))
         hook = {"attempt_started": "attempt_started", "attempt_ended": "attempt_ended",
-                "finished": "finished"}.get(kind)
+                "checkpoint_deleted": "checkpoint_deleted", "finished": "finished"}.get(kind)
         self._report(hook, event)
         return event
 

@@ -11,6 +11,7 @@ and a name nobody uses (delete it). tests/unit/test_dead_code.py checks that eve
 # launchers/supervise.py calls the reporter's hooks by name (getattr(reporter, "attempt_started") ...).
 _.attempt_started
 _.attempt_ended
+_.checkpoint_deleted
 _.log_chunk
 # traceml's tracking Run calls its event logger's add_events (Run.log_metrics -> Run._add_events): the reporter's
 # synchronous writer (_Synchronous) stands in that place.

@@ -33,12 +33,14 @@ COMMANDS = [
     "miles-ray comm-check --name wt --size-mb 16",
     "miles-ray submit --rehearse --nodes 4 --name wt --run wt-rehearse",
     f"miles-ray submit --name wt --run q4-a --nodes 4 --num-rollout 40 {SUBMIT} "
-    "--env MILESRAY_TEST_FAKE_EVAL_FINAL=0.31 --follow",
+    "--env MILESRAY_TEST_FAKE_EVAL_FINAL=0.31 --keep-checkpoints 1 --keep-best eval/aime --follow",
+    "miles-ray runs outputs q4-a",
     f"miles-ray submit --name wt --run q4-b --nodes 4 --num-rollout 60 --resume-from q4-a {SUBMIT} "
     "--env MILESRAY_TEST_FAKE_EVAL_FINAL=0.38 --follow",
     "miles-ray runs compare q4-a q4-b",
     "miles-ray register q4-b --checkpoint 59 --polyaxon-host {host} --project walkthrough",
     "miles-ray register q4-b --checkpoint 50 --polyaxon-host {host} --project walkthrough",
+    "miles-ray runs pull q4-b --best eval/aime --to q4-b-best",
     "miles-ray down --backend local --name wt -y",
 ]
 # lines of a run's own output left out of the transcript (the stand-in's metric lines, Ray's INFO lines)

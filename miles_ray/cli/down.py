@@ -44,3 +44,5 @@ def down_cmd(
         err.print(f"saved the logs and job info of run(s) {', '.join(saved.saved)} ('miles-ray logs RUN' reads them)")
     for run, why in (saved.not_saved if saved is not None else {}).items():
         warn(f"could not save the logs of run {run}: {why}")
+    for run, why in (saved.outputs_not_saved if saved is not None else {}).items():
+        warn(f"could not keep the checkpoint listing of run {run} ('runs outputs'): {why}")

@@ -43,3 +43,5 @@ def park_cmd(
     emit(result, output, lambda: park_line(result))
     for run, why in (result.saved_runs.not_saved if result.saved_runs else {}).items():
         warn(f"could not save the logs of run {run}: {why}")
+    for run, why in (result.saved_runs.outputs_not_saved if result.saved_runs else {}).items():
+        warn(f"could not keep the checkpoint listing of run {run} ('runs outputs'): {why}")

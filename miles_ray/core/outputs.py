@@ -117,7 +117,9 @@ def checkpoint_rows(root: str, listing: Mapping[str, Any], *, live: bool, attemp
             partial[it] = f"partial: {missing}"
     complete = [it for it in iterations if it not in partial]
     protected = {it: f"registered ({', '.join(v)})" for it, v in versions.items()}
-    current = attempts[-1] if attempts and live else None
+    # the checkpoint the last attempt loaded: its supervisor never deleted it, while it ran nor after (its last pruning
+    # was that attempt's)
+    current = attempts[-1] if attempts else None
     if current is not None and isinstance(current.get("resumed_iteration"), int):
         protected.setdefault(current["resumed_iteration"], f"attempt {current.get('attempt')} loaded it")
     plan = {k.iteration: k for k in retention_plan(policy, complete, scores, partial=partial,

@@ -329,6 +329,8 @@ class SavedRuns(Result):
 
     saved: list[str] = Field(default_factory=list)
     not_saved: dict[str, str] = Field(default_factory=dict)
+    # the runs whose checkpoint listing ('runs outputs') could not be kept, and why (Kubernetes: listed on the cluster)
+    outputs_not_saved: dict[str, str] = Field(default_factory=dict)
 
 
 # -- what submit returns ----------------------------------------------------------------------------------------

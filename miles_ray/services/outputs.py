@@ -23,6 +23,7 @@ from miles_ray.core.errors import ClusterError, ConfigError, MilesRayError
 from miles_ray.core.outputs import CheckpointRow, checkpoint_rows, scores_of
 from miles_ray.core.records import RunRecord, as_record
 from miles_ray.core.results import Result
+from miles_ray.core.runs import SavedRuns
 from miles_ray.core.supervision import LIVE, CheckpointScores, Retention, SpecError, final_status, fold_attempts
 from miles_ray.services import saved_runs
 from miles_ray.services.registry import checkpoint_root, list_checkpoints_local, list_checkpoints_on_cluster
@@ -92,6 +93,31 @@ def _listing(record: dict[str, Any], kube_context: str | None, kubeconfig: str |
     at = _now()
     checkpoint_files.save_seen(run, {"at": at, "listing": data})
     return data, Seen(live=True, at=at, where=listing.where)
+
+
+def keep_listings(records: list[dict[str, Any]], out: SavedRuns, kube_context: str | None = None,
+                  kubeconfig: str | None = None) -> None:
+    """Before a Kubernetes cluster goes (``down``, ``park``): the checkpoint dir of each of its runs that saves
+    checkpoints, listed through the probe job and kept in the run's saved copy -- what ``runs outputs`` shows once the
+    cluster cannot be reached, marked as last seen. ``out.outputs_not_saved``: run -> why its listing was not kept
+    (after the first that could not be listed on the cluster, the others are not tried: they share its head)."""
+    failed: str | None = None
+    for record in records:
+        run = as_record(record).run
+        try:
+            checkpoint_root(record)
+        except ConfigError:
+            continue  # it saves no checkpoints miles-ray knows of
+        if failed is not None:
+            out.outputs_not_saved[run] = failed
+            continue
+        try:
+            listing = list_checkpoints_on_cluster(record, [], kube_context=kube_context, kubeconfig=kubeconfig)
+        except MilesRayError as e:
+            out.outputs_not_saved[run] = e.message.splitlines()[0]
+            failed = e.message.splitlines()[0] if isinstance(e, ClusterError) else None
+            continue
+        checkpoint_files.save_seen(run, {"at": _now(), "listing": listing.to_json()})
 
 
 def _events(record: RunRecord) -> list[dict[str, Any]]:

@@ -30,6 +30,13 @@ Faults, from the environment (set by the test with ``submit --env``):
   (marker ``DIR/.stand-in-crashed-on-file``), the process SIGKILLs itself (the test decides when);
 * ``MILESRAY_TEST_STEP_SECONDS`` (default 0.3): the time one step takes.
 
+Evals, only with ``MILESRAY_TEST_FAKE_EVAL_PEAK=P`` (as fake_metrics_train.py: a best checkpoint that is not the
+newest, for ``submit --keep-best``): with ``--eval-interval E``, Miles' evals (``train.py`` lines 96-97 and 136-137:
+one before the job's first rollout unless ``--skip-eval-before-train``, then after rollout r when
+``should_run_periodic_action(r, E, None)``), each one line ``eval <r>: {'eval/<NAME>': score}`` (NAME: the first
+name of the last ``--eval-prompt-data``, else ``score``; R8 of tests/unit/test_miles_numbering.py) whose score,
+for the model after ``n`` rollouts, climbs with n up to checkpoint P (n = P + 1) and falls after it.
+
 Every step is also appended to ``DIR/.stand-in-steps`` (``<pid> <step>`` a line), so a test can see which steps
 were trained twice. Standard library only.
 """
@@ -49,6 +56,13 @@ def _flag(argv: list[str], name: str, default: str | None = None) -> str | None:
         if arg == name:
             value = argv[i + 1]
     return value
+
+
+def _eval_name(argv: list[str]) -> str:
+    """The first name of the last ``--eval-prompt-data NAME PATH ...`` (as argparse: the last one wins), else
+    ``score``."""
+    at = [i for i, arg in enumerate(argv[:-1]) if arg == "--eval-prompt-data"]
+    return argv[at[-1] + 1] if at else "score"
 
 
 def _log(where: str, message: str) -> None:
@@ -126,10 +140,20 @@ def main(argv: list[str] | None = None) -> int:
     crash_at = os.environ.get("MILESRAY_TEST_CRASH_AT_STEP")
     crash_every = int(os.environ.get("MILESRAY_TEST_CRASH_EVERY", "0") or 0)
     start = start_rollout_id(load, _int_or_none(_flag(argv, "--start-rollout-id")))
+    peak = _int_or_none(os.environ.get("MILESRAY_TEST_FAKE_EVAL_PEAK"))
+    eval_interval = _int_or_none(_flag(argv, "--eval-interval")) if peak is not None else None
+    eval_name = _eval_name(argv)
+
+    def evaluate(rid: int, trained: int) -> None:  # the model after ``trained`` rollouts
+        score = trained if trained <= peak + 1 else 2 * (peak + 1) - trained
+        _log("rollout.py:61", f"eval {rid}: {{'eval/{eval_name}': {round(score / target, 6)}}}")
+
     print(f"STAND-IN train.py (tests/fakes/fake_ckpt_train.py): rollouts {start}..{target - 1}, save {save} every "
           f"{interval}", flush=True)
     trained = 0
     for rid in range(start, target):
+        if eval_interval is not None and rid == start and "--skip-eval-before-train" not in argv:
+            evaluate(rid, rid)
         time.sleep(step_seconds)
         _log("actor.py:601", f"step {rid}: {{'train/loss': {round(0.05 / (rid + 1), 6)}, 'train/grad_norm': 0.2}}")
         trained += 1
@@ -139,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 fh.write(f"{os.getpid()} {rid}\n")
         if save and should_run_periodic_action(rid, interval, None, target):
             save_checkpoint(save, rid)
+        if should_run_periodic_action(rid, eval_interval, None):
+            evaluate(rid, rid + 1)
         marker = os.path.join(save or ".", f".stand-in-crashed-at-{crash_at}")
         if crash_at is not None and rid == int(crash_at) and not os.path.exists(marker):
             with open(marker, "w") as fh:

@@ -267,3 +267,69 @@ def test_a_diverged_loss_is_told_once_as_an_output_of_the_run(polyaxon_server, t
     run = runs.run(uuid)
     assert run["status"] == "succeeded" and run["outputs"]["nan_loss"] == told[0]
     assert runs.logs(uuid) == [line for line in log.splitlines() if line.strip()]  # every line, once
+
+
+def test_the_lineage_lists_the_checkpoints_the_retention_keeps(polyaxon_server, tmp_path):
+    """Issue 37: the shipped supervisor (its real pruning, ``--keep-checkpoints 1 --keep-best eval/aime``) with its
+    reporter on a run of the real Polyaxon server: each complete checkpoint is listed in the run's lineage (kind
+    model, named as its dir, its bytes as on disk) once an upload sees it; one the retention deletes is deleted from
+    the lineage; one being written is not listed. At the end the lineage lists exactly the checkpoints on disk."""
+    import importlib.util
+
+    from miles_ray.adapters.supervisor_program import program_files
+
+    runs, uuid, _ = tracked_run_and_log(polyaxon_server, "rep-kept", 3)
+    program_dir = tmp_path / "program"
+    program_dir.mkdir()
+    for name, text in program_files().items():
+        (program_dir / name).write_text(text)
+    spec = importlib.util.spec_from_file_location("shipped_supervise_lineage", program_dir / "supervise.py")
+    program = importlib.util.module_from_spec(spec)
+    before = set(sys.modules)
+    try:
+        spec.loader.exec_module(program)
+        root = tmp_path / "ckpt"
+        section = {"host": polyaxon_server.host, "owner": "default", "project": PROJECT, "run_uuid": uuid,
+                   "work_dir": str(tmp_path / "work"), "upload_seconds": 0.001}
+        sup_spec = program.sv.SupervisorSpec.of({
+            "run": "rep-kept", "head_url": "http://127.0.0.1:9", "submission_id": "rep-kept", "max_restarts": 0,
+            "first_job": {"entrypoint": "python3 train.py"}, "checkpoint_dir": str(root), "keep_checkpoints": 1,
+            "keep_best": "eval/aime", "polyaxon": section})
+        reporter = program.load_reporter(sup_spec)
+        assert reporter is not None
+        atexit.unregister(reporter.close)
+        lines: list[str] = []
+        sup = program.Supervisor(sup_spec, api=None, reporter=reporter, out=lines.append)
+
+        def save(it: int, size: int, tracker: bool = True) -> None:
+            (root / f"iter_{it:07d}").mkdir(parents=True)
+            (root / f"iter_{it:07d}" / "model.pt").write_bytes(b"x" * size)
+            if tracker:
+                (root / "latest_checkpointed_iteration.txt").write_text(str(it))
+
+        def listed() -> dict[str, dict]:
+            return {a["name"]: a for a in runs.lineage(uuid) if a["name"].startswith("iter_")}
+
+        sup.scores.feed(1, "step 2: {}\neval 2: {'eval/aime': 0.9}\nstep 5: {}\neval 5: {'eval/aime': 0.1}\n")
+        save(2, 20)
+        save(5, 50)
+        sup.prune(1, live=True)  # the newest (5) and the best (2): nothing deleted
+        reporter.log_chunk(1, "step 5: {}\n")  # an upload: it sees the new checkpoints
+        got = listed()
+        assert sorted(got) == ["iter_0000002", "iter_0000005"], got
+        assert got["iter_0000005"]["kind"] == "model" and got["iter_0000005"]["path"] == str(root / "iter_0000005")
+        assert got["iter_0000005"]["summary"] == {"iteration": 5, "bytes": 50, "checkpoint_dir": str(root)}
+        save(8, 80)
+        save(11, 10, tracker=False)  # being written
+        sup.prune(1, live=True)  # 5 is beyond the newest 1 and not the best: deleted, and so from the lineage
+        deleted = [e for e in program.sv.parse_events("\n".join(lines)) if e["event"] == "checkpoint_deleted"]
+        assert [e["iteration"] for e in deleted] == [5] and not (root / "iter_0000005").exists()
+        assert sorted(listed()) == ["iter_0000002", "iter_0000008"]
+        sup.emit("finished", status="SUCCEEDED", reason="the job succeeded", at="T", attempts=1)
+    finally:
+        for name in set(sys.modules) - before:
+            sys.modules.pop(name, None)
+        sys.path[:] = [p for p in sys.path if p != str(program_dir)]
+    on_disk = sorted(p.name for p in root.iterdir() if p.name.startswith("iter_") and p.name != "iter_0000011")
+    assert sorted(listed()) == on_disk == ["iter_0000002", "iter_0000008"]
+    assert {a["name"] for a in runs.lineage(uuid)} >= {"checkpoints"} and runs.run(uuid)["status"] == "succeeded"

@@ -52,6 +52,8 @@ GPUS = 2
 
 K = 3  # the trainer checkpoints every K steps
 TARGET = 12  # steps of a run (rollout ids 0..TARGET-1), about a second each
+BEST = 8  # with evals (MILESRAY_TEST_FAKE_EVAL_PEAK): the best checkpoint, neither the newest (11) nor one a resume loads
+RETENTION = ("--keep-checkpoints", "1", "--keep-best", "eval/score", "--env", f"MILESRAY_TEST_FAKE_EVAL_PEAK={BEST}")
 STEP_SECONDS = 1
 STEP_LINE = re.compile(r"\] actor\.py:\d+ - step (\d+): ")
 BAD_FLAG = "--bogus-flag"
@@ -209,6 +211,25 @@ def cluster(gcs: SimpleNamespace, real_pods: RealPods):
     yield gcs
     real_pods.figures["gcs_ft_down_to_raycluster_gone_s"] = down_gcs_ft(gcs)
     assert gcs.redis.keys() == 0, "KubeRay's cleanup left Ray's state in the Redis: " + _cleanup_state(gcs)
+    _outputs_kept_at_down(gcs, real_pods)
+
+
+def _outputs_kept_at_down(ns: SimpleNamespace, real_pods: RealPods) -> None:
+    """Issue 37: ``down`` kept each run's checkpoint listing (read on the cluster before it went): ``runs outputs``
+    now shows it marked as last seen, each checkpoint as it is on the claim."""
+    t = time.monotonic()
+    for path in sorted((ns.work / "state" / "runs").glob("*.json")):
+        record = json.loads(path.read_text())
+        if not record.get("checkpoint_dir"):
+            continue
+        claim = ns.volume / Path(record["checkpoint_dir"]).relative_to("/mnt/miles")
+        on_claim = {int(p.name[5:]): sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                    for p in claim.glob("iter_*")}
+        listed = _json(ns.mr("runs", "outputs", record["run"], "-o", "json"))
+        assert listed["seen"]["live"] is False and listed["seen"]["at"], listed["seen"]
+        rows = {r["iteration"]: r["bytes"] for r in listed["checkpoints"] if r["state"] != "deleted"}
+        assert rows == on_claim, (record["run"], rows, on_claim)
+    real_pods.figures["runs_outputs_after_down_s"] = round(time.monotonic() - t, 1)
 
 
 # ---- GCS fault tolerance: bad input first (no cluster yet), then what KubeRay took -------------------------------
@@ -285,15 +306,18 @@ def _json(code_out_err: tuple[int, str, str], want: int | None = 0) -> dict:
     return json.loads(out)
 
 
-def _submit(live: SimpleNamespace, run: str, steps: int = TARGET, restarts: int = 3, extra_args: str = "") -> dict:
-    """``submit --max-restarts`` of the FAKE checkpointing trainer (``steps`` steps, a checkpoint every K)."""
-    return _json(live.mr(*_submit_args(run, steps=steps, restarts=restarts, extra_args=extra_args)))
+def _submit(live: SimpleNamespace, run: str, steps: int = TARGET, restarts: int = 3, extra_args: str = "",
+            more: tuple[str, ...] = ()) -> dict:
+    """``submit --max-restarts`` of the FAKE checkpointing trainer (``steps`` steps, a checkpoint every K); ``more``:
+    submit's own flags besides."""
+    return _json(live.mr(*_submit_args(run, steps=steps, restarts=restarts, extra_args=extra_args, more=more)))
 
 
-def _submit_args(run: str, steps: int = TARGET, restarts: int = 3, extra_args: str = "") -> list[str]:
+def _submit_args(run: str, steps: int = TARGET, restarts: int = 3, extra_args: str = "",
+                 more: tuple[str, ...] = ()) -> list[str]:
     return ["submit", "--mode", "direct", "--nodes", "2", "--run", run, "--no-check-data", "--no-follow",
             "--no-memory-check",  # a STAND-IN trainer in 2Gi pods, not Qwen3-4B
-            "--max-restarts", str(restarts), *trainer_args(steps, extra_args), "-o", "json"]
+            "--max-restarts", str(restarts), *trainer_args(steps, extra_args), *more, "-o", "json"]
 
 
 def _status(live: SimpleNamespace, run: str) -> dict:
@@ -393,12 +417,14 @@ def _rss_mib(live: SimpleNamespace, pod: str) -> float:
 
 # ---- the scenarios ------------------------------------------------------------------------------------------
 
-def worker_loss(live: SimpleNamespace, run: str, watch: bool = False) -> dict:
+def worker_loss(live: SimpleNamespace, run: str, watch: bool = False, retention: bool = False) -> dict:
     """A worker pod deleted (grace 0) while the run trains, past its first checkpoint: the supervisor waits for the
     replacement worker in Ray and starts attempt 2 from the last complete checkpoint. Returns the figures and
     what the assertions need (shared with benchmarks/bench_supervised.py). ``watch``: a ``status RUN --watch``
-    without a terminal follows the run from its submission (``watcher``: its process, ended with the run)."""
-    first = _submit(live, run)
+    without a terminal follows the run from its submission (``watcher``: its process, ended with the run).
+    ``retention``: submitted with :data:`RETENTION` (evals every K, peaking at checkpoint :data:`BEST`)."""
+    first = _submit(live, run, **({"extra_args": f"--eval-interval {K} --eval-prompt-data score /dev/null",
+                                   "more": RETENTION} if retention else {}))
     assert first["created"] is True, first
     watcher = subprocess.Popen([sys.executable, "-m", "miles_ray", "status", run, "--watch"], env=live.env,
                                cwd=live.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -428,7 +454,7 @@ def worker_loss(live: SimpleNamespace, run: str, watch: bool = False) -> dict:
 
 def test_a_worker_pod_lost_mid_run_is_resumed_from_the_last_checkpoint(cluster: SimpleNamespace,
                                                                        real_pods: RealPods) -> None:
-    got = worker_loss(cluster, "workerloss", watch=True)
+    got = worker_loss(cluster, "workerloss", watch=True, retention=True)
     st, jobs, logs = got["status"], got["jobs"], got["logs"]
     # status RUN --watch without a terminal followed the whole run: its rollouts, the attempt change and the resume,
     # and it ended by itself when the run did, with status's exit code for SUCCEEDED
@@ -474,7 +500,41 @@ def test_a_worker_pod_lost_mid_run_is_resumed_from_the_last_checkpoint(cluster: 
     runs = _json(cluster.mr("runs", "-o", "json"))
     [row] = [r for r in (runs if isinstance(runs, list) else runs["runs"]) if r["run"] == "workerloss"]
     assert row["status"] == "SUCCEEDED"
+    _kept_by_the_retention(cluster, "workerloss", resumed, real_pods)
     poll("both GPU workers back in Ray", lambda: _gpu_workers_in_ray(cluster) == 2, 300)
+
+
+def _kept_by_the_retention(live: SimpleNamespace, run: str, loaded: int, real_pods: RealPods) -> None:
+    """Issue 37's retention through a lost worker (:data:`RETENTION`: the newest 1 and the best by eval/score): on
+    the claim at the end, exactly the newest, the best (:data:`BEST`) and the checkpoint attempt 2 loaded
+    (``loaded``: never pruned, though neither); each other checkpoint deleted by ONE ``checkpoint_deleted`` event
+    of the supervisor (its pod's log); ``runs outputs -o json`` lists what is on the claim, bytes as on the claim."""
+    from miles_ray.core.supervision import parse_events
+
+    record = json.loads((live.work / "state" / "runs" / f"{run}.json").read_text())
+    root = record["checkpoint_dir"]
+    claim = live.volume / Path(root).relative_to("/mnt/miles")
+    written = [r for r in range(TARGET) if (r + 1) % K == 0 or r == TARGET - 1]  # Miles' saves: 2, 5, 8, 11
+    kept = {TARGET - 1, BEST, loaded}
+    on_claim = {int(p.name[5:]): p for p in claim.iterdir() if p.name.startswith("iter_")}
+    assert sorted(on_claim) == sorted(kept), (sorted(on_claim), loaded)
+    [sup] = _supervisor_pods(live, run)
+    events = parse_events(live.core.read_namespaced_pod_log(sup.metadata.name, NS, container="supervisor",
+                                                            _preload_content=False).data.decode())
+    deleted = [e for e in events if e["event"] == "checkpoint_deleted"]
+    assert sorted(e["iteration"] for e in deleted) == sorted(set(written) - kept), deleted  # one event each
+    assert all(e["bytes"] > 0 and e["path"] == f"{root}/iter_{e['iteration']:07d}" for e in deleted), deleted
+    t = time.monotonic()
+    listed = _json(live.mr("runs", "outputs", run, "-o", "json"))
+    real_pods.figures["runs_outputs_probe_s"] = round(time.monotonic() - t, 1)
+    rows = {r["iteration"]: r for r in listed["checkpoints"]}
+    assert listed["seen"]["live"] is True and sorted(rows) == written, listed
+    for it, path in on_claim.items():
+        on_disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        assert (rows[it]["state"], rows[it]["kept"], rows[it]["bytes"]) == ("complete", True, on_disk), rows[it]
+    assert "attempt 2 loaded it" in rows[loaded]["why"] and "the best by eval/score" in rows[BEST]["why"], rows
+    for it in set(written) - kept:
+        assert (rows[it]["state"], rows[it]["kept"]) == ("deleted", False), rows[it]
 
 
 def test_the_run_goes_on_when_the_submitting_cli_is_killed(cluster: SimpleNamespace) -> None:

@@ -141,10 +141,11 @@ def test_the_metrics_stand_in_runs_miles_loop(tmp_path, capsys, monkeypatch, num
     assert tracker == (saved[-1] if saved else loaded)
 
 
-@pytest.mark.parametrize("num_rollout, save_interval, resume", list(itertools.product(
-    (1, 4, 9), (None, 1, 2, 4), (None, "first", "mid"))))
+@pytest.mark.parametrize("num_rollout, save_interval, resume, eval_interval", list(itertools.product(
+    (1, 4, 9), (None, 1, 2, 4), (None, "first", "mid"), (None, 3))))
 def test_the_checkpointing_stand_in_runs_miles_loop(tmp_path, capsys, monkeypatch, num_rollout, save_interval,
-                                                    resume):
+                                                    resume, eval_interval):
+    """Its evals (with MILESRAY_TEST_FAKE_EVAL_PEAK set: a best checkpoint for --keep-best) included."""
     save = tmp_path / "ckpt"
     loaded = {None: None, "first": 0, "mid": num_rollout // 2}[resume]
     if loaded is not None:
@@ -152,14 +153,35 @@ def test_the_checkpointing_stand_in_runs_miles_loop(tmp_path, capsys, monkeypatc
         (save / "latest_checkpointed_iteration.txt").write_text(str(loaded))
     argv = ["--num-rollout", str(num_rollout), "--save", str(save), "--load", str(save)]
     argv += ["--save-interval", str(save_interval)] if save_interval else []
+    argv += ["--eval-interval", str(eval_interval)] if eval_interval else []
     monkeypatch.setenv("MILESRAY_TEST_STEP_SECONDS", "0")
     for k in ("MILESRAY_TEST_CRASH_AT_STEP", "MILESRAY_TEST_CRASH_EVERY", "MILESRAY_TEST_CRASH_ON_FILE"):
         monkeypatch.delenv(k, raising=False)
-    want = [e for e in miles_loop(num_rollout, save_interval, None, loaded=loaded)]
+    monkeypatch.setenv("MILESRAY_TEST_FAKE_EVAL_PEAK", "4")
+    want = [e for e in miles_loop(num_rollout, save_interval, eval_interval, loaded=loaded)]
     assert events_of(run_standin(CKPT, argv, capsys)) == want
     its, tracker = on_disk(save)
     saved = [r for k, r in want if k == "save"]
     assert its == saved and tracker == (saved[-1] if saved else loaded)
+
+
+def test_the_checkpointing_stand_ins_eval_peaks_at_the_checkpoint_asked_for(tmp_path, capsys, monkeypatch):
+    """MILESRAY_TEST_FAKE_EVAL_PEAK=8, 12 rollouts, checkpoints and evals every 3: the supervisor's reading of its
+    evals (sv.CheckpointScores) makes checkpoint 8 the best -- not the newest (11) -- also after a resume from 5
+    (its eval before training measures checkpoint 5 the same); without the variable it logs no eval."""
+    monkeypatch.setenv("MILESRAY_TEST_STEP_SECONDS", "0")
+    save = tmp_path / "ckpt"
+    argv = ["--num-rollout", "12", "--save-interval", "3", "--eval-interval", "3", "--save", str(save), "--load",
+            str(save), "--eval-prompt-data", "aime", "/d", "--eval-prompt-data", "score", "/d"]
+    assert "eval " not in run_standin(CKPT, [*argv[:-6], "--save", str(tmp_path / "plain")], capsys)
+    monkeypatch.setenv("MILESRAY_TEST_FAKE_EVAL_PEAK", "8")
+    first = run_standin(CKPT, argv, capsys)
+    scores = sv.checkpoint_scores([(1, first)])
+    assert sv.best_checkpoint([2, 5, 8, 11], scores, "eval/score") == 8
+    (save / "latest_checkpointed_iteration.txt").write_text("5")
+    resumed = sv.checkpoint_scores([(2, run_standin(CKPT, argv, capsys))])
+    assert {it: resumed.value(it, "eval/score") for it in (5, 8, 11)} == {
+        it: scores.value(it, "eval/score") for it in (5, 8, 11)}
 
 
 def test_a_killed_stand_in_resumes_right_after_its_last_checkpoint_as_miles_does(tmp_path):

@@ -231,6 +231,19 @@ def test_rows_pair_attempts_metrics_versions_and_deletions():
     assert writer(0, []) is None
 
 
+def test_after_the_run_the_checkpoint_its_last_attempt_loaded_is_listed_as_kept_for_that():
+    """Its supervisor's last pruning (at that attempt's end) protected it, so it stays: after the run the listing says
+    why (not 'the retention would delete it')."""
+    attempts = [{"attempt": 1, "resumed_iteration": None}, {"attempt": 2, "resumed_iteration": 2}]
+    listing = {"iterations": [2, 8, 11], "latest": "11", "details": {k: {"bytes": 1} for k in ("2", "8", "11")}}
+    for live in (True, False):
+        rows = {r.iteration: r for r in checkpoint_rows("/c", listing, live=live, attempts=attempts,
+                                                        scores=scores_for({2: 0.1, 8: 0.9, 11: 0.5}),
+                                                        policy=sv.Retention.of(1, "eval/aime"))}
+        assert rows[2].why == "attempt 2 loaded it" and rows[2].kept, rows[2]
+        assert "the best by eval/aime" in rows[8].why and "newest complete" in rows[11].why
+
+
 def test_the_probe_and_this_machine_describe_a_checkpoint_alike(tmp_path):
     spec = importlib.util.spec_from_file_location("list_checkpoints_payload",
                                                   REPO / "launchers" / "list_checkpoints.py")

@@ -14,6 +14,7 @@ from miles_ray.services.backends.idle import idle_report
 from miles_ray.services.backends.kube.bookkeeping import cluster_record
 from miles_ray.services.backends.kube.waits import wait_gone
 from miles_ray.services.backends.results import IdleReport, SavedRuns
+from miles_ray.services.outputs import keep_listings
 from miles_ray.services.runs.supervised import save_supervisor_events
 
 
@@ -30,13 +31,15 @@ def cluster_idle(cfg: MilesRayConfig) -> IdleReport:
 
 
 def save_runs(cfg: MilesRayConfig) -> SavedRuns:
-    """Save the jobs (every attempt's) and the supervisor events of the runs recorded on this cluster (by either
-    address its head is known by)."""
+    """Save the jobs (every attempt's), the supervisor events and the checkpoint listing ('runs outputs') of the runs
+    recorded on this cluster (by either address its head is known by)."""
     rc = cluster_record(cfg)["raycluster"]
     head = k8s_address(cfg.namespace, rc)
     records = saved_runs.records_on([head, service_url(cfg.namespace, rc)])
     save_supervisor_events(records)
-    return saved_runs.save_cluster_runs(records, head, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig)
+    saved = saved_runs.save_cluster_runs(records, head, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig)
+    keep_listings(records, saved, kube_context=cfg.kube_context, kubeconfig=cfg.kubeconfig)
+    return saved
 
 
 def delete_raycluster(cfg: MilesRayConfig, api, name: str, out: Any, wait: bool, timeout: float,
