@@ -46,7 +46,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import time
 from typing import Any, Mapping
 
@@ -67,6 +66,8 @@ def _shipped(names: tuple[str, ...], *attrs: str) -> Any:
 
 PARSER = _shipped(("metrics", "miles_ray.core.metrics"), "METRIC_LINE", "parse_dict")  # the parser runs compare uses
 RAY_HTTP = _shipped(("ray_http", "miles_ray.controller.ray_http"), "RayHead")  # the run controller's Ray client
+CKPT = _shipped(("checkpoint_dirs", "miles_ray.controller.checkpoint_dirs"), "iteration_dirs", "size")  # the retention's
+JOURNAL = _shipped(("polyaxon_journal", "miles_ray.launchers.polyaxon_journal"), "restore", "read_journal")
 
 REQUIRED = ("host", "owner", "project", "run_uuid")
 PX_STATUS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "stopped"}
@@ -107,14 +108,14 @@ class PolyaxonReporter:
         owner, project = str(section["owner"]), str(section["project"])
         self.rc = RunClient(owner=owner, project=project, run_uuid=self.uuid, client=client,
                             manual_exceptions_handling=True)
-        self.path = _work_dir(section.get("work_dir"), self.uuid)
+        self.path = JOURNAL.work_dir(section.get("work_dir"), self.uuid)
         # What an earlier reporter of this run committed (a supervisor started again re-reads each attempt's log
         # from its start): the characters of each attempt's log it wrote, and the size of each file then. Its
         # files are cut back to those sizes, so the files and the offsets agree whenever it was killed.
         self.offsets_path = self.path + ".offsets.json"
-        self.written, committed = _read_journal(self.offsets_path)
+        self.written, committed = JOURNAL.read_journal(self.offsets_path)
         if committed is not None:
-            _restore(self.path, committed)
+            JOURNAL.restore(self.path, committed)
         # Polyaxon's tracking client on the existing (non-managed) run, no code/env/log capture of this process
         # (the logs are the Miles job's, given to logs()). Its metric events and the log lines go through
         # traceml's SYNCHRONOUS writers: the files change only when this reporter commits (its default writers
@@ -125,8 +126,8 @@ class PolyaxonReporter:
                                  collect_artifacts=False, collect_resources=False)
         from traceml.serialization.base import EventWriter, LogWriter
 
-        self.run._event_logger = _Synchronous(EventWriter(self.path, backend=EventWriter.EVENTS_BACKEND))
-        self.log_writer = _Synchronous(LogWriter(self.path))
+        self.run._event_logger = JOURNAL.Synchronous(EventWriter(self.path, backend=EventWriter.EVENTS_BACKEND))
+        self.log_writer = JOURNAL.Synchronous(LogWriter(self.path))
         self.last: dict[str, float] = {}
         self.partial: dict[int, str] = {}
         self.seen: dict[int, int] = {}  # characters of each attempt's log given so far
@@ -263,13 +264,13 @@ class PolyaxonReporter:
         """Write the pending lines and metric points to the run's files, then record -- in one atomic replace --
         how much of each attempt's log those files now hold and each file's size. What Polyaxon holds is what
         these files hold (each upload overwrites its copies), so a reporter started again from this record
-        (:func:`_restore`) sends each line and point exactly once, wherever the one before it was killed."""
+        (``polyaxon_journal.restore``) sends each line and point exactly once, wherever the one before it was killed."""
         if not self.closed:
             self.log_writer.flush()
             self.run._event_logger.flush()
         attempts = {a: max(n - len(self.partial.get(a, "")), self.written.get(a, 0)) for a, n in self.seen.items()}
         journal = {"version": 2, "attempts": {str(a): n for a, n in sorted({**self.written, **attempts}.items())},
-                   "files": _sizes(self.path)}
+                   "files": JOURNAL.sizes(self.path)}
         tmp = f"{self.offsets_path}.{os.getpid()}.tmp"
         with open(tmp, "w") as fh:
             json.dump(journal, fh)
@@ -399,112 +400,17 @@ def _diverged(step: int, values: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _work_dir(given: str | None, uuid: str) -> str:
-    """Where the run's event and log files are written before upload: ``work_dir``, else ``polyaxon/`` in the
-    supervisor's directory (its working directory), else a temp dir."""
-    for base in (given, "polyaxon"):
-        if base:
-            try:
-                os.makedirs(os.path.join(base, uuid), exist_ok=True)
-                return os.path.abspath(os.path.join(base, uuid))
-            except OSError:
-                continue
-    return os.path.join(tempfile.mkdtemp(prefix="miles-ray-polyaxon-"), uuid)
-
-
-class _Synchronous:
-    """traceml's synchronous ``EventWriter`` / ``LogWriter`` behind the interface its threaded file writers offer
-    (``add_event(s)``, ``flush``, ``close``): events are kept in memory until :meth:`flush` appends them."""
-
-    def __init__(self, writer: Any) -> None:
-        self.writer = writer
-
-    def add_event(self, event: Any) -> None:
-        self.writer.write(event)
-
-    def add_events(self, events: list[Any]) -> None:
-        self.writer.write(events)
-
-    def flush(self) -> None:
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-JOURNALED = ("plxlogs", "events")  # the reporter's own files under its work dir (traceml's layout)
-
-
-def _sizes(path: str) -> dict[str, int]:
-    """The size of every file the reporter writes under ``path``, by path relative to it."""
-    sizes = {}
-    for top in JOURNALED:
-        for root, _dirs, files in os.walk(os.path.join(path, top)):
-            for name in files:
-                full = os.path.join(root, name)
-                sizes[os.path.relpath(full, path)] = os.path.getsize(full)
-    return sizes
-
-
-def _restore(path: str, committed: Mapping[str, int]) -> None:
-    """Cut the reporter's files back to what was committed: a file longer than its recorded size loses its tail (lines
-    written after the last commit, which the log offsets do not count: they are read and written again), a file
-    the record does not name is removed (it was created after the commit)."""
-    for rel, size in _sizes(path).items():
-        full = os.path.join(path, rel)
-        want = committed.get(rel)
-        if want is None:
-            os.remove(full)
-        elif size > want:
-            os.truncate(full, want)
-
-
-def _read_journal(path: str) -> tuple[dict[int, int], dict[str, int] | None]:
-    """(characters of each attempt's log written, sizes of the files then) as :meth:`PolyaxonReporter.commit`
-    recorded them; ({}, None) without a record. A record of an earlier reporter (offsets only, no sizes) gives its
-    offsets and None: its files are left as they are."""
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-        if isinstance(data, dict) and data.get("version") == 2:
-            return ({int(k): int(v) for k, v in data["attempts"].items()},
-                    {str(k): int(v) for k, v in data["files"].items()})
-        return {int(k): int(v) for k, v in data.items()}, None
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return {}, None
-
-
 _CHECKPOINT_NAME = re.compile(r"iter_\d+")
 
 
 def _complete_checkpoints(checkpoint_dir: str, latest: str | None) -> dict[str, tuple[int, str, int]]:
-    """The complete checkpoints in ``checkpoint_dir`` (``iter_<N>`` dirs, not links, N at or below the tracker's
-    ``latest``): name -> (N, path, bytes)."""
-    try:
-        names = os.listdir(checkpoint_dir)
-    except OSError:
-        return {}
+    """The complete checkpoints in ``checkpoint_dir`` (the retention's ``iter_<N>`` dirs, N at or below the tracker's
+    ``latest``; one above it is being written, or a dead attempt's partial one): name -> (N, path, bytes)."""
     top = int(latest) if latest is not None and latest.isdigit() else None
-    out = {}
-    for name in names:
-        path = os.path.join(checkpoint_dir, name)
-        if not _CHECKPOINT_NAME.fullmatch(name) or os.path.islink(path) or not os.path.isdir(path):
-            continue
-        if top is None or int(name[5:]) > top:
-            continue  # being written, or a dead attempt's partial one
-        out[name] = (int(name[5:]), path, _bytes(path))
-    return out
-
-
-def _bytes(path: str) -> int:
-    size = 0
-    for where, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                size += os.lstat(os.path.join(where, name)).st_size
-            except OSError:
-                continue  # gone meanwhile
-    return size
+    if top is None:
+        return {}
+    return {os.path.basename(path): (n, path, CKPT.size(path))
+            for n, path in CKPT.iteration_dirs(checkpoint_dir).items() if n <= top}
 
 
 def _latest_iteration(checkpoint_dir: str) -> str | None:

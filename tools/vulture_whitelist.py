@@ -20,9 +20,9 @@ _.add_events
 # -- methods a framework calls on their own class ---------------------------------------------------------------
 # tests/unit/test_dead_code.py also reads methods by their class (a method is not used because another class reads
 # an attribute of its name); the ones only a framework calls, as "Class.method": why. A dict, so vulture reads no name
-# from it.
+# from it. (None today: cli/common.py's _Page.size, which Rich's Console reads and sets, is found used by name since
+# the reporter reads the retention's ``CKPT.size``.)
 {
-    "_Page.size": "cli/common.py: a property of Rich's Console that Console's own code reads and sets (self.size)",
 }
 # io.RawIOBase's methods on adapters/kube/pull_pod.py ExecStream (io's own read/BufferedReader call them)
 _.readable

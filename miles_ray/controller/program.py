@@ -15,7 +15,7 @@ PROGRAM = "supervise.py"
 MODULES = (("controller", "ray_http.py"), ("controller", "rules.py"), ("controller", "checkpoint_dirs.py"),
            ("core", "supervision.py"), ("core", "metrics.py"))
 # shipped too when present beside supervise.py: the reporter supervise.py loads for a spec with a polyaxon section
-OPTIONAL = ("polyaxon_report.py",)
+OPTIONAL = ("polyaxon_report.py", "polyaxon_journal.py")
 
 
 def _program_path() -> Path:
