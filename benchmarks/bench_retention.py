@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from miles_ray.adapters.supervisor_program import program_files  # noqa: E402
+from miles_ray.controller.program import program_files  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "40"))
 FILES = int(os.environ.get("FILES", "64"))  # a torch_dist checkpoint: one .distcp per rank, .metadata, common.pt

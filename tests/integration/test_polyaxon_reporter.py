@@ -276,7 +276,7 @@ def test_the_lineage_lists_the_checkpoints_the_retention_keeps(polyaxon_server, 
     the lineage; one being written is not listed. At the end the lineage lists exactly the checkpoints on disk."""
     import importlib.util
 
-    from miles_ray.adapters.supervisor_program import program_files
+    from miles_ray.controller.program import program_files
 
     runs, uuid, _ = tracked_run_and_log(polyaxon_server, "rep-kept", 3)
     program_dir = tmp_path / "program"
