@@ -95,15 +95,16 @@ def _listing(record: dict[str, Any], kube_context: str | None, kubeconfig: str |
     return data, Seen(live=True, at=at, where=listing.where)
 
 
-def keep_listings(records: list[dict[str, Any]], out: SavedRuns, kube_context: str | None = None,
+def keep_listings(records: list[RunRecord] | list[dict[str, Any]], out: SavedRuns, kube_context: str | None = None,
                   kubeconfig: str | None = None) -> None:
     """Before a Kubernetes cluster goes (``down``, ``park``): the checkpoint dir of each of its runs that saves
     checkpoints, listed through the probe job and kept in the run's saved copy -- what ``runs outputs`` shows once the
     cluster cannot be reached, marked as last seen. ``out.outputs_not_saved``: run -> why its listing was not kept
     (after the first that could not be listed on the cluster, the others are not tried: they share its head)."""
     failed: str | None = None
-    for record in records:
-        run = as_record(record).run
+    for typed in records:
+        rec = as_record(typed)
+        run, record = rec.run, rec.dump()  # the registry's listing reads the record as written
         try:
             checkpoint_root(record)
         except ConfigError:
