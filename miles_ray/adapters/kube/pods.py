@@ -23,6 +23,22 @@ def waiting_is_fatal(reason: str, restart_count: int) -> bool:
     return reason in FATAL_WAITING
 
 
+def waiting_why(pod: Any) -> tuple[str, bool]:
+    """Why a pod that has not ended is not running yet, in one phrase (its phase, ``Unschedulable: ...``, or its
+    container's waiting ``reason: message``), and whether that reason is fatal (:func:`waiting_is_fatal`)."""
+    why = pod.status.phase or "Pending"
+    for c in pod.status.conditions or []:
+        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+            why = f"Unschedulable: {c.message or ''}".strip()
+    for cs in pod.status.container_statuses or []:
+        waiting = cs.state.waiting if cs.state else None
+        if waiting and waiting.reason:
+            why = f"{waiting.reason}: {waiting.message or ''}".strip(": ")
+            if waiting_is_fatal(waiting.reason, cs.restart_count or 0):
+                return why, True
+    return why, False
+
+
 def list_pods(api_client, namespace: str, label_selector: str = "") -> list[Any]:
     """The raw ``V1Pod`` objects matching ``label_selector`` (for diagnosis that needs every field)."""
     from kubernetes import client

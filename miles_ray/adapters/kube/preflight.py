@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable
 
 from miles_ray.adapters.kube.client import api_error, http_status, pod_log
-from miles_ray.adapters.kube.pods import waiting_is_fatal
+from miles_ray.adapters.kube.pods import waiting_why
 
 
 def namespace_exists(api_client, namespace: str) -> bool:
@@ -82,16 +82,9 @@ def run_pod_once(api_client, pod: dict[str, Any], timeout: float, on_wait: Calla
             phase = p.status.phase or "Pending"
             if phase in ("Succeeded", "Failed"):
                 break
-            why = phase
-            for c in p.status.conditions or []:
-                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-                    why = f"Unschedulable: {c.message or ''}".strip()
-            for cs in p.status.container_statuses or []:
-                waiting = cs.state.waiting if cs.state else None
-                if waiting and waiting.reason:
-                    why = f"{waiting.reason}: {waiting.message or ''}".strip(": ")
-                    if waiting_is_fatal(waiting.reason, cs.restart_count or 0):
-                        return why, ""
+            why, fatal = waiting_why(p)
+            if fatal:
+                return why, ""
             if why != last and on_wait is not None:
                 on_wait(why)
             last = why

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from miles_ray.adapters.kube.client import api_error, http_status
-from miles_ray.adapters.kube.pods import waiting_is_fatal
+from miles_ray.adapters.kube.pods import waiting_why
 from miles_ray.core.errors import ClusterError, TimedOut, TransferFailed
 from miles_ray.core.pull_pod import END_PREFIX, POD_SCRIPT
 
@@ -147,17 +147,10 @@ def _wait_running(core: Any, namespace: str, name: str, timeout: float, on_wait:
         phase = p.status.phase or "Pending"
         if phase == "Running":
             return
-        why = phase
-        for c in p.status.conditions or []:
-            if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-                why = f"Unschedulable: {c.message or ''}".strip()
-        for cs in p.status.container_statuses or []:
-            waiting = cs.state.waiting if cs.state else None
-            if waiting and waiting.reason:
-                why = f"{waiting.reason}: {waiting.message or ''}".strip(": ")
-                if waiting_is_fatal(waiting.reason, cs.restart_count or 0):
-                    raise ClusterError(f"the pull pod {namespace}/{name} cannot start: {why[:300]}",
-                                       hint="'kubectl describe pod' shows why; it is deleted")
+        why, fatal = waiting_why(p)
+        if fatal:
+            raise ClusterError(f"the pull pod {namespace}/{name} cannot start: {why[:300]}",
+                               hint="'kubectl describe pod' shows why; it is deleted")
         if phase in ("Succeeded", "Failed"):
             raise ClusterError(f"the pull pod {namespace}/{name} ended {phase} before it was used")
         if why != last and on_wait is not None:
